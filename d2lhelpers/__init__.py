@@ -1,0 +1,39 @@
+"""d2lhelpers: the companion package of the course on attention and Transformers.
+
+In notebooks: ``import d2lhelpers as d2lh``. Each public name lives in the module of its concern;
+modules load on first use so that ``import d2lhelpers`` stays quick (matplotlib, for instance, is
+imported only when something is plotted).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS = {
+    # basics
+    "set_seed": "basics", "choose_device": "basics", "Timer": "basics",
+    # plotting
+    "use_svg_display": "plotting", "use_png_display": "plotting", "set_figsize": "plotting",
+    "plot": "plotting", "show_heatmaps": "plotting", "LivePlot": "plotting",
+    # attention
+    "check_valid_lens": "attention", "valid_lens_to_mask": "attention",
+    "masked_softmax": "attention", "DotProductAttention": "attention",
+    "AdditiveAttention": "attention",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value  # later look-ups skip this function
+        return value
+    raise AttributeError(f"module 'd2lhelpers' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,0 +1,192 @@
+"""Plotting: curves, attention heatmaps and a live training plot.
+
+The only module of the package that imports matplotlib. Functions return the figure or axes they drew
+on, and change global settings only when asked to (``use_svg_display``, ``use_png_display``,
+``set_figsize``).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import matplotlib as mpl
+import matplotlib.pyplot as plt
+import numpy as np
+
+__all__ = ["use_svg_display", "use_png_display", "set_figsize", "plot", "show_heatmaps", "LivePlot"]
+
+
+def _set_inline_formats(*formats: str, **kwargs) -> None:
+    try:
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+    except ImportError:  # not running under IPython: nothing to configure
+        return
+    set_matplotlib_formats(*formats, **kwargs)
+
+
+def use_svg_display() -> None:
+    """Show notebook figures as SVG, made deterministic (fixed ids, no date) so that nbval can
+    compare them between runs."""
+    mpl.rcParams["svg.hashsalt"] = "d2lhelpers"  # ids of clip paths etc. no longer random
+    _set_inline_formats("svg", metadata={"Date": None})
+
+
+def use_png_display(dpi: int = 150) -> None:
+    """Show notebook figures as sharp PNG images (nbval does not compare PNG bytes)."""
+    _set_inline_formats("png", dpi=dpi)
+
+
+def set_figsize(figsize: tuple[float, float] = (3.5, 2.5)) -> None:
+    """Set the default size, in inches, of the figures that follow."""
+    mpl.rcParams["figure.figsize"] = figsize
+
+
+def _as_numpy(x):
+    if hasattr(x, "detach"):  # a torch tensor, possibly on a GPU
+        x = x.detach().cpu()
+    return np.asarray(x)
+
+
+def plot(X, Y=None, xlabel=None, ylabel=None, legend=None, xlim=None, ylim=None,
+         xscale="linear", yscale="linear", fmts=("-", "m--", "g-.", "r:", "c-", "k--"),
+         figsize=(3.5, 2.5), axes=None):
+    """Plot one or several curves and return the axes.
+
+    ``X`` and ``Y`` are each a 1-D sequence or a list of them (one per curve). With ``Y`` None,
+    ``X`` holds the y values and the x values are 0, 1, 2, ... ``legend`` names the curves.
+    """
+    def is_single(a):
+        return hasattr(a, "ndim") and a.ndim == 1 or (
+            isinstance(a, list) and len(a) > 0 and not hasattr(a[0], "__len__"))
+
+    if Y is None:
+        X, Y = [[]] * (1 if is_single(X) else len(X)), X
+    if is_single(X):
+        X = [X]
+    if is_single(Y):
+        Y = [Y]
+    if len(X) != len(Y):
+        if len(X) == 1:
+            X = X * len(Y)
+        else:
+            raise ValueError(f"plot: X holds {len(X)} curves but Y holds {len(Y)}")
+    if legend is not None and len(legend) != len(Y):
+        raise ValueError(f"plot: legend names {len(legend)} curves but there are {len(Y)}")
+    if axes is None:
+        _, axes = plt.subplots(figsize=figsize)
+    for i, (x, y) in enumerate(zip(X, Y)):
+        y = _as_numpy(y)
+        x = _as_numpy(x) if len(x) else np.arange(len(y))
+        axes.plot(x, y, fmts[i % len(fmts)])
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.set_xscale(xscale)
+    axes.set_yscale(yscale)
+    if xlim is not None:
+        axes.set_xlim(xlim)
+    if ylim is not None:
+        axes.set_ylim(ylim)
+    if legend:
+        axes.legend(legend)
+    axes.grid(True)
+    return axes
+
+
+def show_heatmaps(matrices, xlabel, ylabel, titles=None, figsize=(2.5, 2.5), cmap="Reds",
+                  xticklabels=None, yticklabels=None):
+    """Draw a grid of heatmaps that share one colour bar, and return the figure.
+
+    matrices: (rows, cols, T_q, T_k), e.g. the attention weights of ``rows`` layers x ``cols`` heads;
+    each heatmap has one row per query and one column per key.
+    titles: one title per column of the grid. xticklabels / yticklabels: optional token labels for
+    the keys (T_k of them) and the queries (T_q of them).
+    ``figsize`` is the size of one heatmap.
+    """
+    matrices = _as_numpy(matrices)
+    if matrices.ndim != 4:
+        raise ValueError(
+            f"matrices must have shape (rows, cols, num_queries, num_keys), got {matrices.shape}"
+        )
+    rows, cols, num_queries, num_keys = matrices.shape
+    if titles is not None and len(titles) != cols:
+        raise ValueError(f"titles must name the {cols} columns of the grid, got {len(titles)}")
+    if xticklabels is not None and len(xticklabels) != num_keys:
+        raise ValueError(f"xticklabels must label the {num_keys} keys, got {len(xticklabels)}")
+    if yticklabels is not None and len(yticklabels) != num_queries:
+        raise ValueError(f"yticklabels must label the {num_queries} queries, got {len(yticklabels)}")
+    fig, axes = plt.subplots(rows, cols, figsize=(figsize[0] * cols, figsize[1] * rows),
+                             sharex=True, sharey=True, squeeze=False)
+    vmin, vmax = float(matrices.min()), float(matrices.max())
+    for i in range(rows):
+        for j in range(cols):
+            ax = axes[i, j]
+            image = ax.imshow(matrices[i, j], cmap=cmap, vmin=vmin, vmax=vmax)
+            if i == rows - 1:
+                ax.set_xlabel(xlabel)
+            if j == 0:
+                ax.set_ylabel(ylabel)
+            if titles is not None and i == 0:
+                ax.set_title(titles[j])
+            if xticklabels is not None:
+                ax.set_xticks(range(num_keys), xticklabels, rotation=90)
+            if yticklabels is not None:
+                ax.set_yticks(range(num_queries), yticklabels)
+    fig.colorbar(image, ax=axes, shrink=0.6)
+    return fig
+
+
+def _in_notebook() -> bool:
+    """True inside a Jupyter kernel (JupyterLab, Colab, nbval), where figures can be redrawn."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+class LivePlot:
+    """Curves that grow while a model trains: redrawn in place in Jupyter, printed as plain lines
+    elsewhere (scripts, CI logs).
+
+    >>> live = LivePlot(xlabel="epoch", legend=["train loss", "BLEU"])
+    >>> live.add(1, [2.31, 0.05])        # one value per curve; None skips a curve at this x
+    >>> live.history["train loss"]      # [(1, 2.31)]
+    """
+
+    def __init__(self, xlabel, legend, ylabel=None, xlim=None, ylim=None, yscale="linear",
+                 figsize=(3.5, 2.5), interactive: bool | None = None):
+        self.xlabel, self.ylabel, self.legend = xlabel, ylabel, list(legend)
+        self.xlim, self.ylim, self.yscale, self.figsize = xlim, ylim, yscale, figsize
+        self.history: dict[str, list[tuple[float, float]]] = {name: [] for name in self.legend}
+        self.interactive = _in_notebook() if interactive is None else interactive
+        self._fig = self._axes = self._handle = None
+
+    def add(self, x, values) -> None:
+        if len(values) != len(self.legend):
+            raise ValueError(
+                f"LivePlot.add: got {len(values)} values for the {len(self.legend)} curves {self.legend}"
+            )
+        for name, value in zip(self.legend, values):
+            if value is not None:
+                self.history[name].append((x, float(value)))
+        if self.interactive:
+            self._redraw()
+        else:
+            shown = ", ".join(f"{name} {value:.4g}" for name, value in zip(self.legend, values)
+                              if value is not None)
+            print(f"{self.xlabel} {x}: {shown}", flush=True)
+
+    def _redraw(self) -> None:
+        from IPython.display import display
+
+        if self._fig is None:
+            self._fig, self._axes = plt.subplots(figsize=self.figsize)
+            plt.close(self._fig)  # shown through the display handle only, not again at cell end
+        self._axes.cla()
+        curves = [name for name in self.legend if self.history[name]]
+        plot([[x for x, _ in self.history[n]] for n in curves],
+             [[y for _, y in self.history[n]] for n in curves],
+             xlabel=self.xlabel, ylabel=self.ylabel, legend=curves, xlim=self.xlim, ylim=self.ylim,
+             yscale=self.yscale, axes=self._axes)
+        if self._handle is None:
+            self._handle = display(self._fig, display_id=True)
+        else:
+            self._handle.update(self._fig)
