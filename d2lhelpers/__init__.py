@@ -21,7 +21,7 @@ _EXPORTS = {
     # attention
     "check_valid_lens": "attention", "valid_lens_to_mask": "attention",
     "masked_softmax": "attention", "DotProductAttention": "attention",
-    "AdditiveAttention": "attention",
+    "AdditiveAttention": "attention", "KVCache": "attention", "MultiHeadAttention": "attention",
 }
 
 __all__ = sorted(_EXPORTS)

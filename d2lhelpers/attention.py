@@ -15,6 +15,7 @@ Taught in notebook 03_attention_scoring.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -25,6 +26,8 @@ __all__ = [
     "masked_softmax",
     "DotProductAttention",
     "AdditiveAttention",
+    "KVCache",
+    "MultiHeadAttention",
 ]
 
 
@@ -164,3 +167,112 @@ def check_qkv_shapes(queries, keys, values) -> None:
             f"keys and values must have the same number of pairs T_k, got keys {tuple(keys.shape)} "
             f"and values {tuple(values.shape)}"
         )
+
+
+@dataclass
+class KVCache:
+    """Keys and values already projected and split into heads, kept between decoding steps.
+
+    keys, values: (B*h, T_cached, d_k), or None while empty. Used by :class:`MultiHeadAttention`:
+    decoder self-attention appends one position per step; encoder-decoder attention projects the
+    encoder outputs once (:meth:`MultiHeadAttention.project_keys_values`) and reuses them.
+    """
+
+    keys: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[1]
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head scaled dot-product attention, heads folded into the batch axis.
+
+    Each of the h heads attends with its own slice of the projections W_q, W_k, W_v (d_model ->
+    d_model, i.e. h heads of width d_k = d_model / h); the heads' outputs are concatenated and
+    projected by W_o. Same function as ``torch.nn.MultiheadAttention(d_model, h, bias=bias,
+    batch_first=True)`` with the same weights.
+
+    queries: (B, T_q, d_model), keys and values: (B, T_k, d_model),
+    valid_lens: None, (B,) or (B, T_q), shared by all heads. Returns (B, T_q, d_model).
+    ``.attention_weights``: (B, h, T_q, T_k), for plotting.
+    Taught in notebook 04_multihead_attention.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = False) -> None:
+        super().__init__()
+        if d_model <= 0 or num_heads <= 0 or d_model % num_heads:
+            raise ValueError(
+                f"d_model must be a positive multiple of num_heads, got d_model={d_model}, "
+                f"num_heads={num_heads}"
+            )
+        self.d_model, self.num_heads, self.d_k = d_model, num_heads, d_model // num_heads
+        self.W_q = nn.Linear(d_model, d_model, bias=bias)
+        self.W_k = nn.Linear(d_model, d_model, bias=bias)
+        self.W_v = nn.Linear(d_model, d_model, bias=bias)
+        self.W_o = nn.Linear(d_model, d_model, bias=bias)
+        self.attention = DotProductAttention(dropout)
+        self.attention_weights: torch.Tensor | None = None
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, d_model) -> (B*h, T, d_k): head i takes features i*d_k .. (i+1)*d_k - 1."""
+        B, T, _ = x.shape
+        x = x.reshape(B, T, self.num_heads, self.d_k)  # split the features into h groups
+        x = x.transpose(1, 2)  # (B, h, T, d_k): heads next to the batch axis
+        return x.reshape(B * self.num_heads, T, self.d_k)  # fold heads into the batch
+
+    def merge_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B*h, T, d_k) -> (B, T, d_model): the inverse of :meth:`split_heads` (concatenate heads)."""
+        _, T, _ = x.shape
+        x = x.reshape(-1, self.num_heads, T, self.d_k)  # unfold: (B, h, T, d_k)
+        x = x.transpose(1, 2)  # (B, T, h, d_k)
+        return x.reshape(x.shape[0], T, self.d_model)  # concatenate the heads' features
+
+    def project_keys_values(self, keys: torch.Tensor, values: torch.Tensor) -> KVCache:
+        """Project and split keys and values once, e.g. the encoder outputs a decoder attends to."""
+        self._check_width(keys=keys, values=values)
+        return KVCache(self.split_heads(self.W_k(keys)), self.split_heads(self.W_v(values)))
+
+    def forward(self, queries, keys, values, valid_lens=None, cache: KVCache | None = None):
+        """Attend; with ``cache``, decode step by step.
+
+        cache: a :class:`KVCache`. If keys and values are given, their projections are appended
+        to it and the queries attend over every cached position (decoder self-attention). If keys
+        and values are None, the queries attend over the cache as it is (encoder-decoder attention
+        with :meth:`project_keys_values`).
+        """
+        if keys is None or values is None:
+            if keys is not None or values is not None or cache is None or len(cache) == 0:
+                raise ValueError("keys and values may be None only together, with a filled cache")
+            self._check_width(queries=queries)
+            K, V = cache.keys, cache.values
+        else:
+            check_qkv_shapes(queries, keys, values)
+            self._check_width(queries=queries, keys=keys, values=values)
+            K, V = self.split_heads(self.W_k(keys)), self.split_heads(self.W_v(values))
+            if cache is not None:
+                if len(cache):
+                    K = torch.cat([cache.keys, K], dim=1)  # (B*h, T_cached + T_k, d_k)
+                    V = torch.cat([cache.values, V], dim=1)
+                cache.keys, cache.values = K, V
+        B, T_q, _ = queries.shape
+        if K.shape[0] != B * self.num_heads:
+            raise ValueError(
+                f"queries have batch size {B} but the cached keys hold {K.shape[0] // self.num_heads}"
+            )
+        valid_lens = check_valid_lens(valid_lens, B, T_q, K.shape[1])
+        if valid_lens is not None:
+            # every head of sequence b uses b's lengths: (B, ...) -> (B*h, ...), in split_heads' order
+            valid_lens = torch.repeat_interleave(valid_lens, self.num_heads, dim=0)
+        Q = self.split_heads(self.W_q(queries))  # (B*h, T_q, d_k)
+        heads = self.attention(Q, K, V, valid_lens)  # (B*h, T_q, d_k)
+        # (B*h, T_q, T_k) -> (B, h, T_q, T_k)
+        self.attention_weights = self.attention.attention_weights.reshape(B, self.num_heads, T_q, -1)
+        return self.W_o(self.merge_heads(heads))
+
+    def _check_width(self, **tensors) -> None:
+        for name, x in tensors.items():
+            if x.dim() != 3 or x.shape[-1] != self.d_model:
+                raise ValueError(
+                    f"{name} must have shape (B, T, d_model={self.d_model}), got {tuple(x.shape)}"
+                )

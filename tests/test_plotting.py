@@ -1,0 +1,123 @@
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import d2lhelpers as d2lh  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def test_show_heatmaps_draws_a_grid_with_one_shared_colour_bar():
+    weights = torch.rand(2, 3, 4, 5)
+    fig = d2lh.show_heatmaps(weights, xlabel="keys", ylabel="queries", titles=["a", "b", "c"],
+                             xticklabels=list("vwxyz"), yticklabels=list("abcd"))
+    heatmaps, colour_bars = fig.axes[:6], fig.axes[6:]
+    assert len(heatmaps) == 6 and len(colour_bars) == 1
+    images = [ax.images[0] for ax in heatmaps]
+    np.testing.assert_allclose(images[4].get_array(), weights[1, 1].numpy())
+    assert {im.get_clim() for im in images} == {(weights.min().item(), weights.max().item())}
+    assert [ax.get_title() for ax in heatmaps[:3]] == ["a", "b", "c"]
+    assert [t.get_text() for t in heatmaps[3].get_xticklabels()] == list("vwxyz")
+    assert heatmaps[3].get_xlabel() == "keys" and heatmaps[0].get_ylabel() == "queries"
+
+
+def test_show_heatmaps_identity_example():
+    fig = d2lh.show_heatmaps(torch.eye(10).reshape(1, 1, 10, 10), "keys", "queries")
+    assert np.array_equal(fig.axes[0].images[0].get_array(), np.eye(10))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(matrices=torch.rand(3, 4)), "rows, cols, num_queries, num_keys"),
+    (dict(matrices=torch.rand(1, 2, 3, 4), titles=["one"]), "titles"),
+    (dict(matrices=torch.rand(1, 1, 3, 4), xticklabels=list("ab")), "xticklabels"),
+    (dict(matrices=torch.rand(1, 1, 3, 4), yticklabels=list("ab")), "yticklabels"),
+])
+def test_show_heatmaps_rejects_bad_input(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        d2lh.show_heatmaps(xlabel="k", ylabel="q", **kwargs)
+
+
+def test_plot_draws_each_curve_and_returns_the_axes():
+    x = np.arange(5.0)
+    axes = d2lh.plot(x, [x, x ** 2], xlabel="x", ylabel="y", legend=["x", "x^2"], yscale="log")
+    lines = axes.get_lines()
+    assert len(lines) == 2
+    np.testing.assert_allclose(lines[1].get_ydata(), x ** 2)
+    assert axes.get_yscale() == "log" and axes.get_xlabel() == "x"
+    assert [t.get_text() for t in axes.get_legend().get_texts()] == ["x", "x^2"]
+
+
+def test_plot_accepts_y_only_and_tensors():
+    axes = d2lh.plot(torch.tensor([3.0, 1.0, 2.0]))
+    np.testing.assert_allclose(axes.get_lines()[0].get_xdata(), [0, 1, 2])
+
+
+def test_plot_rejects_mismatched_legend():
+    with pytest.raises(ValueError, match="legend"):
+        d2lh.plot([1.0, 2.0], legend=["a", "b"])
+
+
+def test_live_plot_prints_plain_lines_when_not_interactive(capsys):
+    live = d2lh.LivePlot(xlabel="epoch", legend=["loss", "bleu"], interactive=False)
+    live.add(1, [2.5, None])
+    live.add(2, [1.25, 0.3])
+    assert capsys.readouterr().out.splitlines() == ["epoch 1: loss 2.5", "epoch 2: loss 1.25, bleu 0.3"]
+    assert live.history == {"loss": [(1, 2.5), (2, 1.25)], "bleu": [(2, 0.3)]}
+    with pytest.raises(ValueError, match="2 curves"):
+        live.add(3, [1.0])
+
+
+def test_live_plot_redraws_one_figure_in_a_notebook(monkeypatch):
+    shown = []
+
+    class Handle:
+        def update(self, fig):
+            shown.append(("update", fig))
+
+    def fake_display(fig, display_id):
+        shown.append(("display", fig))
+        return Handle()
+
+    import IPython.display
+
+    monkeypatch.setattr(IPython.display, "display", fake_display)
+    live = d2lh.LivePlot(xlabel="epoch", legend=["loss"], interactive=True)
+    for epoch in range(3):
+        live.add(epoch, [1.0 / (epoch + 1)])
+    assert [kind for kind, _ in shown] == ["display", "update", "update"]
+    assert len({id(fig) for _, fig in shown}) == 1
+    np.testing.assert_allclose(live._axes.get_lines()[0].get_ydata(), [1, 1 / 2, 1 / 3])
+
+
+def test_svg_display_is_deterministic():
+    def render():
+        fig = d2lh.show_heatmaps(torch.eye(3).reshape(1, 1, 3, 3), "keys", "queries")
+        buffer = io.StringIO()
+        fig.savefig(buffer, format="svg", metadata={"Date": None})
+        plt.close(fig)
+        return buffer.getvalue()
+
+    d2lh.use_svg_display()
+    try:
+        assert render() == render()
+    finally:
+        matplotlib.rcParams["svg.hashsalt"] = None
+
+
+def test_set_figsize():
+    old = matplotlib.rcParams["figure.figsize"]
+    try:
+        d2lh.set_figsize((4, 3))
+        assert tuple(plt.figure().get_size_inches()) == (4, 3)
+    finally:
+        matplotlib.rcParams["figure.figsize"] = old

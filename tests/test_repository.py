@@ -1,0 +1,65 @@
+"""The repository keeps its promises: the README's command is CI's, badges point at the one repository
+address, and every notebook has the course's structure."""
+
+import pathlib
+import re
+import sys
+
+import nbformat
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    tomllib = pytest.importorskip("tomli")
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+REPOSITORY = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+GITHUB_PATH = REPOSITORY.removeprefix("https://github.com/")
+
+
+def colab_url(notebook: pathlib.Path) -> str:
+    return f"https://colab.research.google.com/github/{GITHUB_PATH}/blob/main/notebooks/{notebook.name}"
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    command = ci_lines[-1]
+    assert "pytest" in command, f"the last line of .ci/run should be the test command, got {command!r}"
+    readme = (ROOT / "README.md").read_text()
+    assert f"\n{command}\n" in readme, f"README.md does not show CI's test command {command!r}"
+
+
+def test_there_are_notebooks_in_course_order():
+    numbers = [int(path.name[:2]) for path in NOTEBOOKS]
+    assert numbers == list(range(1, len(NOTEBOOKS) + 1)), numbers
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_structure(notebook):
+    nb = nbformat.read(notebook, as_version=4)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    first, install = nb.cells[0], nb.cells[1]
+    assert first.cell_type == "markdown" and first.source.startswith("# ")
+    assert f"]({colab_url(notebook)})" in first.source, "Open-in-Colab badge missing or stale"
+    assert install.cell_type == "code" and '"google.colab" in sys.modules' in install.source
+    assert f"d2lhelpers @ git+{REPOSITORY}" in install.source
+    headings = [c.source.splitlines()[0] for c in nb.cells if c.cell_type == "markdown" and c.source]
+    assert "## Exercises" in headings, "every notebook ends with an Exercises section"
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in code), "commit notebooks executed"
+    assert not any(o.output_type == "error" for c in code for o in c.outputs)
+    assert not any("NBVAL_SKIP" in c.source for c in code), "never skip a cell: assert instead"
+    # no machine-specific noise in stored outputs
+    text = "".join(o.get("text", "") for c in code for o in c.outputs)
+    assert "/work/" not in text and "/home/" not in text and "/root/" not in text
+
+
+def test_readme_lists_every_notebook_with_its_badge():
+    readme = (ROOT / "README.md").read_text()
+    for notebook in NOTEBOOKS:
+        assert f"(notebooks/{notebook.name})" in readme, f"README does not link {notebook.name}"
+        assert f"({colab_url(notebook)})" in readme, f"README lacks the Colab badge of {notebook.name}"
+    linked = set(re.findall(r"\(notebooks/([^)]+\.ipynb)\)", readme))
+    assert linked <= {p.name for p in NOTEBOOKS}, f"README links missing notebooks: {linked}"
