@@ -1,0 +1,125 @@
+"""The course's Transformer against torch.nn.Transformer of the same size, on the same batches.
+
+    python benchmarks/transformer.py               # 120 s of training each (about 5 minutes in all)
+    python benchmarks/transformer.py --seconds 30  # a quicker look
+
+Prints Markdown tables:
+1. training throughput (target tokens per second) and held-out corpus BLEU of both models after the
+   same CPU time budget, on the first 10,000 lines of fra-eng with 500 English sentences held out;
+2. greedy decoding time with and without the key-value cache, at 10 and 50 generated tokens.
+The data must be in the cache directory (see d2lhelpers.data.data_dir); CI places it there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import torch
+from torch import nn
+
+import d2lhelpers as d2lh
+from d2lhelpers.data import load_translation_data
+
+SIZE = dict(d_model=64, num_heads=4, ffn_hidden=128, num_layers=2, dropout=0.1)
+
+
+class TorchTransformer(nn.Module):
+    """torch.nn.Transformer with the course model's embeddings, positional encoding and output layer,
+    exposing the same interface (``encoder(src, src_valid_len)``, ``decoder(tokens, enc, src_valid_len)``)
+    so that the same training loop and greedy decoding (without a cache) serve both."""
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model, num_heads, ffn_hidden, num_layers,
+                 dropout):
+        super().__init__()
+        self.d_model = d_model
+        self.src_embedding = nn.Embedding(src_vocab_size, d_model)
+        self.tgt_embedding = nn.Embedding(tgt_vocab_size, d_model)
+        for embedding in (self.src_embedding, self.tgt_embedding):
+            nn.init.normal_(embedding.weight, std=d_model ** -0.5)
+        self.positional_encoding = d2lh.PositionalEncoding(d_model, dropout)
+        self.transformer = nn.Transformer(d_model, num_heads, num_layers, num_layers, ffn_hidden,
+                                          dropout, batch_first=True)
+        self.output = nn.Linear(d_model, tgt_vocab_size)
+
+    def _embed(self, embedding, tokens):
+        return self.positional_encoding(embedding(tokens) * math.sqrt(self.d_model))
+
+    @staticmethod
+    def _padding_mask(valid_lens, length):
+        return torch.arange(length, device=valid_lens.device)[None, :] >= valid_lens[:, None]
+
+    def encoder(self, src, src_valid_len):
+        mask = self._padding_mask(src_valid_len, src.shape[1])
+        return self.transformer.encoder(self._embed(self.src_embedding, src), src_key_padding_mask=mask)
+
+    def decoder(self, tokens, enc_outputs, src_valid_len, state=None):
+        T = tokens.shape[1]
+        causal = nn.Transformer.generate_square_subsequent_mask(T, device=tokens.device)
+        memory_mask = self._padding_mask(src_valid_len, enc_outputs.shape[1])
+        X = self.transformer.decoder(self._embed(self.tgt_embedding, tokens), enc_outputs,
+                                     tgt_mask=causal, tgt_is_causal=True,
+                                     memory_key_padding_mask=memory_mask)
+        return self.output(X)
+
+    def forward(self, src, src_valid_len, tgt_input):
+        return self.decoder(tgt_input, self.encoder(src, src_valid_len), src_valid_len)
+
+
+def train_and_score(name, model, data, seconds):
+    d2lh.set_seed(0)
+    report = d2lh.train_seq2seq(model, data.train_loader(), max_seconds=seconds, lr=2e-3,
+                                plot=False, progress=False)
+    use_cache = isinstance(model, d2lh.Transformer)
+    bleu = d2lh.held_out_bleu(model, data, use_cache=use_cache)
+    return (name, report.tokens_per_second, len(report.epoch_losses), report.epoch_losses[-1], bleu)
+
+
+def decoding_times(model, data, lengths=(10, 50), repeats=5):
+    """Median seconds to greedily decode a batch of 100 held-out sentences to exactly n tokens."""
+    src, src_valid_len = data.encode_source(list(data.held_out)[:100])
+    rows = []
+    for n in lengths:
+        times = {}
+        for use_cache in (False, True):
+            runs = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                # eos=-1 never occurs, so every sequence runs the full n steps
+                d2lh.greedy_decode(model, src, src_valid_len, data.tgt_vocab["<bos>"], -1, n, use_cache)
+                runs.append(time.perf_counter() - start)
+            times[use_cache] = sorted(runs)[len(runs) // 2]
+        rows.append((n, times[False], times[True], times[False] / times[True]))
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=120.0, help="training budget per model")
+    args = parser.parse_args()
+    torch.set_num_threads(torch.get_num_threads())
+    data = load_translation_data(batch_size=128, num_steps=10, num_lines=10_000, num_held_out=500)
+    V_src, V_tgt = len(data.src_vocab), len(data.tgt_vocab)
+    d2lh.set_seed(0)
+    course = d2lh.Transformer(V_src, V_tgt, **SIZE)
+    d2lh.set_seed(0)
+    reference = TorchTransformer(V_src, V_tgt, **SIZE)
+    results = [train_and_score("course `d2lh.Transformer`", course, data, args.seconds),
+               train_and_score("`torch.nn.Transformer`", reference, data, args.seconds)]
+    print(f"Training for {args.seconds:.0f} s each on {len(data)} pairs ({torch.get_num_threads()} "
+          f"threads); BLEU on {len(data.held_out)} held-out English sentences:\n")
+    print("| model | target tokens/s | epochs | last epoch loss | held-out BLEU |")
+    print("|---|---:|---:|---:|---:|")
+    for name, tps, epochs, loss, bleu in results:
+        print(f"| {name} | {tps:,.0f} | {epochs} | {loss:.3f} | {bleu:.1f} |")
+    print(f"\nThroughput ratio course / PyTorch: {results[0][1] / results[1][1]:.2f}\n")
+    print("Greedy decoding of 100 sentences with the course model (median of 5):\n")
+    print("| tokens | without cache (s) | with cache (s) | speed-up |")
+    print("|---:|---:|---:|---:|")
+    for n, slow, fast, ratio in decoding_times(course, data):
+        print(f"| {n} | {slow:.3f} | {fast:.3f} | {ratio:.1f}x |")
+
+
+if __name__ == "__main__":
+    main()

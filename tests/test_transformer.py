@@ -1,0 +1,146 @@
+"""The course's Transformer blocks compute the same functions as PyTorch's, never look at the future
+or at padding, and decode with the key-value cache exactly as without it."""
+
+import pytest
+import torch
+from torch import nn
+
+import d2lhelpers as d2lh
+
+D_MODEL, HEADS, FFN = 16, 4, 32
+
+
+def copy_attention(ours: d2lh.MultiHeadAttention, theirs: nn.MultiheadAttention):
+    with torch.no_grad():
+        theirs.in_proj_weight.copy_(torch.cat([ours.W_q.weight, ours.W_k.weight, ours.W_v.weight]))
+        theirs.in_proj_bias.copy_(torch.cat([ours.W_q.bias, ours.W_k.bias, ours.W_v.bias]))
+        theirs.out_proj.weight.copy_(ours.W_o.weight)
+        theirs.out_proj.bias.copy_(ours.W_o.bias)
+
+
+def copy_common(ours, theirs, norms):
+    theirs.linear1.load_state_dict(ours.ffn.linear1.state_dict())
+    theirs.linear2.load_state_dict(ours.ffn.linear2.state_dict())
+    for our_add_norm, their_norm in norms:
+        their_norm.load_state_dict(our_add_norm.norm.state_dict())
+
+
+def padding_mask(valid_lens, length):
+    """PyTorch's key_padding_mask: True where a key must be ignored."""
+    return torch.arange(length)[None, :] >= valid_lens[:, None]
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_block_equals_torch_encoder_layer(norm_first):
+    torch.manual_seed(0)
+    ours = d2lh.EncoderBlock(D_MODEL, HEADS, FFN, dropout=0.0, norm_first=norm_first).double()
+    theirs = nn.TransformerEncoderLayer(D_MODEL, HEADS, FFN, dropout=0.0, batch_first=True,
+                                        norm_first=norm_first).double()
+    copy_attention(ours.self_attention, theirs.self_attn)
+    copy_common(ours, theirs, [(ours.add_norm1, theirs.norm1), (ours.add_norm2, theirs.norm2)])
+    X = torch.randn(3, 7, D_MODEL, dtype=torch.float64)
+    valid_lens = torch.tensor([7, 3, 5])
+    expected = theirs(X, src_key_padding_mask=padding_mask(valid_lens, 7))
+    torch.testing.assert_close(ours(X, valid_lens), expected)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_block_equals_torch_decoder_layer(norm_first):
+    torch.manual_seed(1)
+    ours = d2lh.DecoderBlock(D_MODEL, HEADS, FFN, dropout=0.0, norm_first=norm_first).double()
+    theirs = nn.TransformerDecoderLayer(D_MODEL, HEADS, FFN, dropout=0.0, batch_first=True,
+                                        norm_first=norm_first).double()
+    copy_attention(ours.self_attention, theirs.self_attn)
+    copy_attention(ours.cross_attention, theirs.multihead_attn)
+    copy_common(ours, theirs, [(ours.add_norm1, theirs.norm1), (ours.add_norm2, theirs.norm2),
+                               (ours.add_norm3, theirs.norm3)])
+    X = torch.randn(2, 6, D_MODEL, dtype=torch.float64)
+    memory = torch.randn(2, 5, D_MODEL, dtype=torch.float64)
+    enc_valid_lens = torch.tensor([2, 5])
+    causal = nn.Transformer.generate_square_subsequent_mask(6, dtype=torch.float64)
+    expected = theirs(X, memory, tgt_mask=causal,
+                      memory_key_padding_mask=padding_mask(enc_valid_lens, 5))
+    torch.testing.assert_close(ours(X, memory, enc_valid_lens), expected)
+
+
+def test_layer_norm_worked_example():
+    add_norm = d2lh.AddNorm(2)
+    out = add_norm(torch.tensor([[1.0, 2.0], [2.0, 3.0]]), torch.zeros_like)  # X + 0, normalised
+    torch.testing.assert_close(out, torch.tensor([[-1.0, 1.0], [-1.0, 1.0]]), atol=1e-4, rtol=0)
+
+
+def test_ffn_is_two_kernel_size_one_convolutions():
+    ffn = d2lh.PositionwiseFFN(D_MODEL, FFN)
+    conv1, conv2 = nn.Conv1d(D_MODEL, FFN, 1), nn.Conv1d(FFN, D_MODEL, 1)
+    with torch.no_grad():
+        conv1.weight.copy_(ffn.linear1.weight[:, :, None])
+        conv1.bias.copy_(ffn.linear1.bias)
+        conv2.weight.copy_(ffn.linear2.weight[:, :, None])
+        conv2.bias.copy_(ffn.linear2.bias)
+    X = torch.randn(2, 5, D_MODEL)
+    by_conv = conv2(torch.relu(conv1(X.transpose(1, 2)))).transpose(1, 2)  # convs want (B, d, T)
+    torch.testing.assert_close(ffn(X), by_conv)
+
+
+def small_model(norm_first=False):
+    torch.manual_seed(0)
+    return d2lh.Transformer(11, 13, d_model=D_MODEL, num_heads=HEADS, ffn_hidden=FFN, num_layers=2,
+                            dropout=0.0, norm_first=norm_first).eval()
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoding_with_the_cache_equals_recomputing(norm_first):
+    model = small_model(norm_first)
+    src, src_valid_len = torch.randint(0, 11, (3, 6)), torch.tensor([6, 2, 4])
+    tgt = torch.randint(0, 13, (3, 7))
+    enc = model.encoder(src, src_valid_len)
+    full = model.decoder(tgt, enc, src_valid_len)
+    state = model.decoder.init_state(enc, src_valid_len)
+    steps = []
+    for t in range(7):
+        steps.append(model.decoder(tgt[:, t:t + 1], enc, src_valid_len, state))
+        assert state.num_decoded == t + 1  # the cache grows by one position per step
+        assert all(len(cache) == t + 1 for cache in state.self_caches)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full)
+
+
+def test_causal_mask_never_leaks_the_future():
+    model = small_model()
+    src, src_valid_len = torch.randint(0, 11, (2, 5)), torch.tensor([5, 3])
+    tgt = torch.randint(0, 13, (2, 8))
+    changed = tgt.clone()
+    changed[:, 5:] = (changed[:, 5:] + 1) % 13  # change every token from position 5 on
+    before = model(src, src_valid_len, tgt)
+    after = model(src, src_valid_len, changed)
+    torch.testing.assert_close(before[:, :5], after[:, :5])  # earlier outputs unchanged
+    assert not torch.allclose(before[:, 5:], after[:, 5:])
+
+
+def test_source_padding_never_changes_the_output():
+    model = small_model()
+    src, src_valid_len = torch.randint(0, 11, (2, 6)), torch.tensor([3, 6])
+    tgt = torch.randint(0, 13, (2, 4))
+    other = src.clone()
+    other[0, 3:] = (other[0, 3:] + 5) % 11  # different tokens where sequence 0 is padding
+    torch.testing.assert_close(model(src, src_valid_len, tgt), model(other, src_valid_len, tgt))
+
+
+def test_attention_weights_are_kept_for_every_block():
+    model = small_model()
+    src, src_valid_len = torch.randint(0, 11, (2, 6)), torch.tensor([3, 6])
+    model(src, src_valid_len, torch.randint(0, 13, (2, 4)))
+    assert [w.shape for w in model.encoder.attention_weights] == [(2, HEADS, 6, 6)] * 2
+    for self_weights, cross_weights in model.decoder.attention_weights:
+        assert self_weights.shape == (2, HEADS, 4, 4) and cross_weights.shape == (2, HEADS, 4, 6)
+        assert torch.all(self_weights.triu(diagonal=1) == 0)  # nothing from the future
+        assert torch.all(cross_weights[0, :, :, 3:] == 0)  # nothing from source padding
+
+
+def test_causal_valid_lens():
+    assert d2lh.causal_valid_lens(2, 3).tolist() == [[1, 2, 3], [1, 2, 3]]
+    assert d2lh.causal_valid_lens(1, 2, offset=4).tolist() == [[5, 6]]
+
+
+def test_tokens_must_be_a_matrix():
+    with pytest.raises(ValueError, match=r"tokens must have shape \(B, T\), got \(5,\)"):
+        small_model().encoder(torch.zeros(5, dtype=torch.long))
