@@ -22,6 +22,24 @@ _EXPORTS = {
     "check_valid_lens": "attention", "valid_lens_to_mask": "attention",
     "masked_softmax": "attention", "DotProductAttention": "attention",
     "AdditiveAttention": "attention", "KVCache": "attention", "MultiHeadAttention": "attention",
+    # positional encoding
+    "PositionalEncoding": "positional",
+    # transformer
+    "PositionwiseFFN": "transformer", "AddNorm": "transformer", "EncoderBlock": "transformer",
+    "TransformerEncoder": "transformer", "DecoderBlock": "transformer",
+    "DecoderState": "transformer", "TransformerDecoder": "transformer",
+    "Transformer": "transformer", "causal_valid_lens": "transformer",
+    # training and decoding
+    "masked_cross_entropy": "training", "TrainingReport": "training",
+    "train_seq2seq": "training", "greedy_decode": "training", "translate": "training",
+    "held_out_bleu": "training",
+    # data
+    "data_dir": "data", "FRA_ENG_URL": "data", "FRA_ENG_SHA1": "data", "fra_eng_path": "data",
+    "read_pairs": "data", "normalize": "data", "tokenize": "data", "Vocab": "data",
+    "truncate_pad": "data", "split_held_out": "data", "TranslationData": "data",
+    "load_translation_data": "data",
+    # bleu
+    "sentence_bleu": "bleu", "corpus_bleu": "bleu",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,0 +1,104 @@
+"""BLEU: the teaching formula of *Dive into Deep Learning*, and the corpus score we report.
+
+Two numbers, two purposes:
+
+- :func:`sentence_bleu` is the formula taught in the course, written out so a learner can read it;
+  it scores one prediction against one label, between 0 and 1.
+- :func:`corpus_bleu` is the number the course reports for a model: standard corpus-level BLEU
+  (Papineni et al., 2002) computed by sacrebleu over all held-out sentences, each with all of its
+  references, on the 0-100 scale.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from collections.abc import Sequence
+
+__all__ = ["sentence_bleu", "corpus_bleu"]
+
+
+def _as_tokens(sentence, name: str) -> list[str]:
+    if isinstance(sentence, str):
+        return sentence.split()
+    if not all(isinstance(token, str) for token in sentence):
+        raise ValueError(f"{name} must be a string or a list of string tokens, got {sentence!r}")
+    return list(sentence)
+
+
+def _ngrams(tokens: list[str], n: int) -> collections.Counter:
+    return collections.Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+
+
+def sentence_bleu(pred_tokens, label_tokens, k: int = 4) -> float:
+    """BLEU of one prediction against one label, the teaching formula of *Dive into Deep Learning*:
+
+        exp(min(0, 1 - len_label / len_pred)) * prod_{n=1..k} p_n ** (1 / 2**n)
+
+    pred_tokens, label_tokens: lists of tokens (a string is split on white space).
+    p_n is the clipped n-gram precision: the number of the prediction's n-grams that match the
+    label's, each label n-gram matching at most as often as it occurs in the label, divided by the
+    number of n-grams of the prediction (len_pred - n + 1). The first factor penalises predictions
+    shorter than the label; the weights 1/2**n give longer n-grams, which are harder to match, more
+    weight (p ** (1/2**n) grows towards 1 as n grows).
+
+    Short outputs (as in the book): an order n with len_pred < n is skipped (the prediction has no
+    n-gram to be precise or imprecise about; its factor is 1): an exact copy of a two-token label
+    scores 1.0 for any k, and the brevity penalty alone punishes a prediction that is too short.
+    An empty prediction scores 0.0. A label shorter than n while the prediction is not gives
+    p_n = 0, hence 0.0. The result lies in [0, 1], and is 1.0 when the prediction equals the label.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be a positive int, got {k!r}")
+    pred = _as_tokens(pred_tokens, "pred_tokens")
+    label = _as_tokens(label_tokens, "label_tokens")
+    len_pred, len_label = len(pred), len(label)
+    if len_pred == 0:
+        return 0.0
+    score = math.exp(min(0.0, 1 - len_label / len_pred))  # brevity penalty
+    for n in range(1, min(k, len_pred) + 1):
+        pred_ngrams, label_ngrams = _ngrams(pred, n), _ngrams(label, n)
+        matches = sum(min(count, label_ngrams[gram]) for gram, count in pred_ngrams.items())
+        score *= (matches / (len_pred - n + 1)) ** (0.5 ** n)
+    return score
+
+
+def corpus_bleu(hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> float:
+    """Corpus BLEU on the 0-100 scale, as computed by sacrebleu: the number the course reports.
+
+    hypotheses: one string per sentence (a list of tokens is joined with spaces).
+    references: one entry per hypothesis: the list of its reference strings (at least one; the count
+    may differ from sentence to sentence, as the held-out sets of :func:`d2lhelpers.split_held_out`
+    do). Scored lower-cased with ``tokenize="none"``: the sentences are already normalised and split
+    on spaces by the data pipeline, so sacrebleu's own tokenizer must not split them again.
+
+    Variable reference counts: sacrebleu takes references as "streams" (stream j holds the j-th
+    reference of every sentence); a sentence with fewer references gets ``None`` in the remaining
+    streams, which sacrebleu drops. (An empty string would not do: it counts as a reference of
+    length 0 and changes the brevity penalty.)
+
+    Standard BLEU sums n-gram counts over the corpus before dividing, for n = 1..4; so short
+    sentences count fully, but a corpus in which no hypothesis has 4 tokens scores 0 (its 4-gram
+    precision is undefined), unlike :func:`sentence_bleu`, which skips the orders a prediction is
+    too short for.
+    """
+    from sacrebleu.metrics import BLEU  # imported here: the package's import stays quick
+
+    hypotheses = [h if isinstance(h, str) else " ".join(h) for h in hypotheses]
+    references = [[refs] if isinstance(refs, str) else list(refs) for refs in references]
+    if len(hypotheses) != len(references):
+        raise ValueError(
+            f"hypotheses and references must have one entry per sentence, got {len(hypotheses)} "
+            f"hypotheses and {len(references)} reference lists"
+        )
+    if not hypotheses:
+        raise ValueError("corpus_bleu needs at least one sentence, got none")
+    for i, refs in enumerate(references):
+        if not refs or not all(isinstance(r, str) for r in refs):
+            raise ValueError(f"references[{i}] must be a non-empty list of strings, got {refs!r}")
+    num_streams = max(len(refs) for refs in references)
+    # stream j: the j-th reference of every sentence, None where a sentence has fewer
+    streams = [[refs[j] if j < len(refs) else None for refs in references]
+               for j in range(num_streams)]
+    bleu = BLEU(lowercase=True, tokenize="none", force=True)
+    return float(bleu.corpus_score(hypotheses, streams).score)
