@@ -45,7 +45,14 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
+# modules reachable as attributes, e.g. d2lh.exercises.check_masked_softmax
+_SUBMODULES = {"basics", "plotting", "attention", "positional", "transformer", "data", "training",
+               "bleu", "exercises"}
+
+
 def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
     if name in _EXPORTS:
         value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
         globals()[name] = value  # later look-ups skip this function
@@ -54,4 +61,4 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted(set(globals()) | set(_EXPORTS) | _SUBMODULES)
