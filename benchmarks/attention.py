@@ -1,0 +1,138 @@
+"""The course's attention layers against PyTorch's built-ins: forward + backward time.
+
+    python benchmarks/attention.py                       # about a minute on a 2-core CPU
+    python benchmarks/attention.py --min-run-time 1.0    # steadier numbers, slower
+
+Compares, over sequence lengths 64 .. 1024 (self-attention: T_q = T_k = T):
+1. ``d2lh.DotProductAttention`` against ``torch.nn.functional.scaled_dot_product_attention``,
+   on queries, keys and values of shape (B, T, d);
+2. ``d2lh.MultiHeadAttention`` against ``torch.nn.MultiheadAttention`` (``batch_first=True``,
+   no bias, ``need_weights=False`` so that PyTorch may use its fused kernel), with the same weights,
+   on inputs of shape (B, T, d_model).
+Both sides get a padding mask (``valid_lens`` for the course, the equivalent boolean mask for
+PyTorch), and the outputs are checked to agree before anything is timed. Each time is a median
+of ``torch.utils.benchmark.Timer.blocked_autorange`` measurements of one forward pass and the
+backward pass of ``output.sum()`` to the inputs and weights; the two sides are measured in
+alternating rounds and each keeps its fastest round, which damps the noise of a shared CPU. Prints
+a Markdown table of times and ratios (course / PyTorch) measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils import benchmark
+
+import d2lhelpers as d2lh
+
+LENGTHS = (64, 128, 256, 512, 1024)
+SIZE = dict(batch_size=4, d=64, d_model=128, num_heads=4)
+
+
+def padding(batch_size: int, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """valid_lens (B,) from T/2 to T, and the same as a boolean mask (B, 1, T): True = may be seen."""
+    valid_lens = torch.linspace(T // 2, T, batch_size).long()
+    allowed = torch.arange(T)[None, :] < valid_lens[:, None]  # (B, T_k)
+    return valid_lens, allowed[:, None, :]  # (B, 1, T_k) broadcasts over the T_q queries
+
+
+def make_timer(forward, tensors, num_threads: int) -> benchmark.Timer:
+    """A timer of forward() followed by backward of its sum to ``tensors`` (inputs, weights)."""
+
+    def step():
+        for t in tensors:
+            t.grad = None
+        forward().sum().backward()
+
+    step()  # warm-up: allocations, lazy initialisation
+    return benchmark.Timer(stmt="step()", globals={"step": step}, num_threads=num_threads)
+
+
+def compare(course, pytorch, num_threads: int, min_run_time: float, rounds: int):
+    """Seconds per call of both sides. Rounds alternate between them so that a burst of load from
+    other processes hits both alike; each side keeps its fastest round median."""
+    timers = make_timer(*course, num_threads), make_timer(*pytorch, num_threads)
+    best = [float("inf"), float("inf")]
+    for _ in range(rounds):
+        for i, timer in enumerate(timers):
+            median = timer.blocked_autorange(min_run_time=min_run_time / rounds).median
+            best[i] = min(best[i], median)
+    return best
+
+
+def dot_product_cases(T: int, batch_size: int, d: int, **_):
+    """Two (forward, tensors) pairs computing the same masked attention, checked to agree."""
+    q, k, v = (torch.randn(batch_size, T, d, requires_grad=True) for _ in range(3))
+    valid_lens, allowed = padding(batch_size, T)
+    ours = d2lh.DotProductAttention()
+
+    def course():
+        return ours(q, k, v, valid_lens)
+
+    def pytorch():
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+
+    with torch.no_grad():
+        torch.testing.assert_close(course(), pytorch(), rtol=1e-4, atol=1e-5)
+    return (course, [q, k, v]), (pytorch, [q, k, v])
+
+
+def multihead_cases(T: int, batch_size: int, d_model: int, num_heads: int, **_):
+    """d2lh.MultiHeadAttention and torch.nn.MultiheadAttention, same weights, self-attention."""
+    X = torch.randn(batch_size, T, d_model, requires_grad=True)
+    valid_lens, allowed = padding(batch_size, T)
+    ours = d2lh.MultiHeadAttention(d_model, num_heads)
+    theirs = nn.MultiheadAttention(d_model, num_heads, bias=False, batch_first=True)
+    with torch.no_grad():  # PyTorch stacks [W_q; W_k; W_v] in one (3*d_model, d_model) matrix
+        theirs.in_proj_weight.copy_(torch.cat([ours.W_q.weight, ours.W_k.weight, ours.W_v.weight]))
+        theirs.out_proj.weight.copy_(ours.W_o.weight)
+    key_padding_mask = ~allowed[:, 0, :]  # (B, T_k), PyTorch's convention: True = ignore
+
+    def course():
+        return ours(X, X, X, valid_lens)
+
+    def pytorch():
+        return theirs(X, X, X, key_padding_mask=key_padding_mask, need_weights=False)[0]
+
+    with torch.no_grad():
+        torch.testing.assert_close(course(), pytorch(), rtol=1e-4, atol=1e-5)
+    return (course, [X, *ours.parameters()]), (pytorch, [X, *theirs.parameters()])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
+    parser.add_argument("--min-run-time", type=float, default=1.0,
+                        help="seconds of measurement per layer, side and length (default 1.0)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="alternating rounds per comparison; the fastest round counts")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="intra-op threads (default 1: steadiest on a shared CPU)")
+    args = parser.parse_args(argv)
+    torch.manual_seed(0)
+    torch.set_num_threads(args.threads)
+
+    print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, "
+          f"{args.threads} thread(s); forward + backward, per call (fastest of {args.rounds} "
+          f"alternating round medians); "
+          f"B={SIZE['batch_size']}, d={SIZE['d']} (dot product), d_model={SIZE['d_model']}, "
+          f"h={SIZE['num_heads']} (multi-head); a padding mask of lengths T/2 .. T\n")
+    print("| T | `DotProductAttention` (ms) | `scaled_dot_product_attention` (ms) | ratio "
+          "| `MultiHeadAttention` (ms) | `nn.MultiheadAttention` (ms) | ratio |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for T in args.lengths:
+        cells = [str(T)]
+        for make_cases in (dot_product_cases, multihead_cases):
+            course, pytorch = make_cases(T, **SIZE)
+            ours, theirs = compare(course, pytorch, args.threads, args.min_run_time, args.rounds)
+            cells += [f"{1e3 * ours:.2f}", f"{1e3 * theirs:.2f}", f"{ours / theirs:.2f}"]
+        print("| " + " | ".join(cells) + " |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
