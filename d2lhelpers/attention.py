@@ -47,6 +47,9 @@ def check_valid_lens(valid_lens, batch_size: int, num_queries: int, num_keys: in
             f"for scores of shape (B, T_q, T_k)=({batch_size}, {num_queries}, {num_keys}), "
             f"got {tuple(valid_lens.shape)}"
         )
+    # A length is a whole number of keys: 2.5 (or NaN) would silently mean "3 keys" (or "none").
+    if valid_lens.is_floating_point() and not torch.equal(valid_lens, valid_lens.round()):
+        raise ValueError(f"valid_lens must hold whole numbers of keys, got {valid_lens.tolist()}")
     if valid_lens.numel() and (valid_lens.min() < 0 or valid_lens.max() > num_keys):
         raise ValueError(
             f"valid_lens must lie in [0, T_k={num_keys}], got values from {valid_lens.min().item()} "

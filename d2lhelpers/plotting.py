@@ -12,6 +12,7 @@ import sys
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 __all__ = ["use_svg_display", "use_png_display", "set_figsize", "plot", "show_heatmaps", "LivePlot"]
 
@@ -21,6 +22,10 @@ def _set_inline_formats(*formats: str, **kwargs) -> None:
         from matplotlib_inline.backend_inline import set_matplotlib_formats
     except ImportError:  # not running under IPython: nothing to configure
         return
+    if _in_notebook():
+        # Show figures inline even where MPLBACKEND names another backend (CI sets Agg): otherwise
+        # a fresh run would lose the figures that the stored outputs hold.
+        sys.modules["IPython"].get_ipython().run_line_magic("matplotlib", "inline")
     set_matplotlib_formats(*formats, **kwargs)
 
 
@@ -57,7 +62,7 @@ def plot(X, Y=None, xlabel=None, ylabel=None, legend=None, xlim=None, ylim=None,
     """
     def is_single(a):
         return hasattr(a, "ndim") and a.ndim == 1 or (
-            isinstance(a, list) and len(a) > 0 and not hasattr(a[0], "__len__"))
+            isinstance(a, (list, tuple, range)) and len(a) > 0 and not hasattr(a[0], "__len__"))
 
     if Y is None:
         X, Y = [[]] * (1 if is_single(X) else len(X)), X
@@ -121,6 +126,9 @@ def show_heatmaps(matrices, xlabel, ylabel, titles=None, figsize=(2.5, 2.5), cma
         for j in range(cols):
             ax = axes[i, j]
             image = ax.imshow(matrices[i, j], cmap=cmap, vmin=vmin, vmax=vmax)
+            # key/query indices: whole numbers only, even for a single row (min_n_ticks=1)
+            ax.xaxis.set_major_locator(MaxNLocator(nbins="auto", integer=True, min_n_ticks=1))
+            ax.yaxis.set_major_locator(MaxNLocator(nbins="auto", integer=True, min_n_ticks=1))
             if i == rows - 1:
                 ax.set_xlabel(xlabel)
             if j == 0:
