@@ -43,6 +43,7 @@ __all__ = [
 BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
 BEGIN_HIDDEN_TESTS, END_HIDDEN_TESTS = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
+ANSWER_STUB = "YOUR ANSWER HERE"
 
 
 class ExerciseCheckFailed(AssertionError):
@@ -128,27 +129,32 @@ _HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[^\n]*\n.*?^[ \t]*### END HI
                      re.MULTILINE | re.DOTALL)
 
 
-def student_source(source: str) -> str:
-    """A cell's source with each solution replaced by an indented stub and hidden tests removed."""
+def student_source(source: str, cell_type: str = "code") -> str:
+    """A cell's source with each solution replaced by a stub and hidden tests removed.
+
+    In a code cell the stub raises NotImplementedError, indented like the solution it replaces; in
+    a markdown cell (a model answer to a question) it is the line "YOUR ANSWER HERE", as in nbgrader.
+    """
     for marker, name in ((BEGIN_SOLUTION, END_SOLUTION), (BEGIN_HIDDEN_TESTS, END_HIDDEN_TESTS)):
         if source.count(marker) != source.count(name):
             raise ValueError(f"unbalanced markers: {source.count(marker)} {marker!r} but "
                              f"{source.count(name)} {name!r} in cell:\n{source}")
-    source = _REGION.sub(lambda m: "\n".join(m.group(1) + line for line in STUB.splitlines()), source)
+    stub = STUB if cell_type == "code" else ANSWER_STUB
+    source = _REGION.sub(lambda m: "\n".join(m.group(1) + line for line in stub.splitlines()), source)
     return _HIDDEN.sub("", source).rstrip("\n")
 
 
 def student_notebook(notebook: dict, keep_solutions: bool = False) -> dict:
     """A copy of a notebook (nbformat JSON as a dict) for students: outputs and execution counts
-    cleared, and unless ``keep_solutions`` (an answer key), solutions stubbed and hidden tests
-    removed. Markdown cells are kept as they are."""
+    cleared, and unless ``keep_solutions`` (an answer key), solutions (code, and model answers in
+    markdown) stubbed and hidden tests removed."""
     notebook = copy.deepcopy(notebook)
     for cell in notebook["cells"]:
-        if cell["cell_type"] != "code":
-            continue
         source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-        cell["source"] = source if keep_solutions else student_source(source)
-        cell["outputs"], cell["execution_count"] = [], None
+        if not keep_solutions and cell["cell_type"] in ("code", "markdown"):
+            cell["source"] = student_source(source, cell["cell_type"])
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
     return notebook
 
 

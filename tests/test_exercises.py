@@ -87,8 +87,8 @@ def test_failed_checks_are_assertion_errors_for_nbgrader():
 def notebook_with(*sources):
     return {"cells": [{"cell_type": "code", "source": s, "outputs": [{"output_type": "stream"}],
                        "execution_count": 3, "metadata": {}} for s in sources]
-                     + [{"cell_type": "markdown", "source": "### BEGIN SOLUTION stays in prose",
-                         "metadata": {}}],
+                     + [{"cell_type": "markdown", "metadata": {},
+                         "source": "**Answer:**\n### BEGIN SOLUTION\nBecause.\n### END SOLUTION"}],
             "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
 
 
@@ -106,7 +106,8 @@ def test_command_writes_student_copies_and_an_answer_key(tmp_path, capsys):
     for copy in (student, key):
         assert all(c["outputs"] == [] and c["execution_count"] is None
                    for c in copy["cells"] if c["cell_type"] == "code")
-        assert copy["cells"][2]["source"] == "### BEGIN SOLUTION stays in prose"
+    assert student["cells"][2]["source"] == "**Answer:**\nYOUR ANSWER HERE"
+    assert key["cells"][2]["source"] == "**Answer:**\n### BEGIN SOLUTION\nBecause.\n### END SOLUTION"
 
 
 def test_command_refuses_a_notebook_without_exercises(tmp_path):
