@@ -121,3 +121,19 @@ def test_set_figsize():
         assert tuple(plt.figure().get_size_inches()) == (4, 3)
     finally:
         matplotlib.rcParams["figure.figsize"] = old
+
+
+def test_plot_takes_a_range_or_a_tuple_as_one_curve():
+    axes = d2lh.plot(range(1, 4), (3.0, 1.0, 2.0))
+    lines = axes.get_lines()
+    assert len(lines) == 1
+    np.testing.assert_allclose(lines[0].get_xdata(), [1, 2, 3])
+    np.testing.assert_allclose(lines[0].get_ydata(), [3, 1, 2])
+
+
+def test_show_heatmaps_ticks_are_whole_query_and_key_indices():
+    fig = d2lh.show_heatmaps(torch.rand(1, 1, 10, 50), xlabel="keys", ylabel="queries")
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    for ticks in (ax.get_xticks(), ax.get_yticks()):
+        assert len(ticks) > 1 and all(float(t).is_integer() for t in ticks), ticks
