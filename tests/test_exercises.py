@@ -119,3 +119,125 @@ def test_command_refuses_a_notebook_without_exercises(tmp_path):
 
 def test_exercises_module_is_reachable_from_the_package():
     assert d2lh.exercises is exercises
+
+
+def test_run_check_compares_arrays_numbers_and_tuples(capsys):
+    import numpy as np
+
+    cases = [("a 2x2 array", (np.array([[1.0, 2.0], [3.0, 4.0]]),))]
+    run_check("pair", lambda a: (a.sum(), a * 2), cases, lambda a: (a.sum(), a * 2))
+    assert capsys.readouterr().out == "Correct: pair passed all 1 checks.\n"
+    with pytest.raises(ExerciseCheckFailed, match=r"result 1 of the tuple: values differ"):
+        run_check("pair", lambda a: (a.sum(), a * 3), cases, lambda a: (a.sum(), a * 2))
+    with pytest.raises(ExerciseCheckFailed, match=r"expected a tuple of 2 results"):
+        run_check("pair", lambda a: a.sum(), cases, lambda a: (a.sum(), a * 2))
+    with pytest.raises(ExerciseCheckFailed, match=r"expected 10, got 11"):
+        run_check("total", lambda a: float(a.sum() + 1), cases, lambda a: a.sum())
+    with pytest.raises(ExerciseCheckFailed, match=r"modified its input"):
+        run_check("total", lambda a: (a.sum(), a.fill(0))[0], cases, lambda a: a.sum())
+
+
+def test_run_check_wants_float64_results_for_float64_inputs():
+    cases = [("float64", (torch.ones(2, 3, dtype=torch.float64),))]
+    with pytest.raises(ExerciseCheckFailed, match="expected dtype float64"):
+        run_check("softmax", lambda x: reference(x).float(), cases, reference)
+    run_check("softmax", lambda x: reference(x.float()).double(), cases, reference)
+
+
+def test_run_check_rejects_a_learner_fn_that_is_not_a_function():
+    with pytest.raises(ValueError, match="learner_fn must be a function, got int"):
+        run_check("softmax", 3, CASES, reference)
+
+
+# nbgrader metadata -------------------------------------------------------------------------------
+
+CHECK_CELL = '''exercises.check_double(double)
+### BEGIN HIDDEN TESTS
+exercises.check_double(double, seed=1)
+### END HIDDEN TESTS'''
+SOLUTION_CELL = SOLVED.split("\n\ncheck(double)")[0]
+
+
+def exercise_notebook(*cells):
+    """cells: (cell_type, source, metadata) triples."""
+    def cell(cell_type, source, metadata):
+        extra = {"outputs": [], "execution_count": None} if cell_type == "code" else {}
+        return {"cell_type": cell_type, "source": source, "metadata": metadata, **extra}
+
+    return {"cells": [cell(*c) for c in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def nbgrader_v3_errors(notebook):
+    """The rules nbgrader 0.9's metadata validator (schema version 3) enforces on cells."""
+    errors, ids = [], set()
+    for cell in notebook["cells"]:
+        meta = cell["metadata"].get("nbgrader")
+        if meta is None:
+            continue
+        required = {"schema_version", "grade", "locked", "solution"}
+        if not required <= set(meta) or meta["schema_version"] != 3:
+            errors.append("required keys")
+        if set(meta) - required - {"task", "grade_id", "points"}:
+            errors.append("unknown keys")
+        if (meta["grade"] or meta["solution"] or meta["locked"]) and not meta.get("grade_id"):
+            errors.append("grade_id")
+        if not all(c.isalnum() or c in "_-" for c in meta.get("grade_id", "")):
+            errors.append("grade_id pattern")
+        if meta["grade"] and "points" not in meta:
+            errors.append("points")
+        if cell["cell_type"] == "markdown" and meta["grade"] != meta["solution"]:
+            errors.append("markdown cells are grade and solution, or neither")
+        if meta.get("grade_id") in ids:
+            errors.append("duplicate grade_id")
+        ids.add(meta.get("grade_id"))
+    return errors
+
+
+def test_nbgrader_metadata_is_derived_from_markers_and_check_calls():
+    notebook = exercise_notebook(
+        ("markdown", "## Exercises", {}),
+        ("code", "import torch", {"nbgrader": {"grade": True}}),  # stale: removed
+        ("code", SOLUTION_CELL, {"tags": ["keep"]}),
+        ("code", CHECK_CELL, {}),
+        ("markdown", "### BEGIN SOLUTION\nBecause.\n### END SOLUTION", {}),
+        ("markdown", "### BEGIN SOLUTION\nAnd so.\n### END SOLUTION", {}),
+        ("code", "x = 1\n### BEGIN SOLUTION\nx = 2\n### END SOLUTION", {}))
+    result = exercises.with_nbgrader_metadata(notebook)
+    meta = [cell["metadata"].get("nbgrader") for cell in result["cells"]]
+    assert meta[0] is None and meta[1] is None
+    assert meta[2] == {"grade": False, "grade_id": "double", "locked": False, "schema_version": 3,
+                       "solution": True}
+    assert result["cells"][2]["metadata"]["tags"] == ["keep"]
+    assert meta[3] == {"grade": True, "grade_id": "check_double", "locked": True, "points": 1,
+                       "schema_version": 3, "solution": False}
+    assert meta[4] == {"grade": True, "grade_id": "answer_1", "locked": False, "points": 1,
+                       "schema_version": 3, "solution": True}
+    assert meta[5]["grade_id"] == "answer_2" and meta[6]["grade_id"] == "solution_2"
+    assert nbgrader_v3_errors(result) == []
+    assert "nbgrader" in notebook["cells"][1]["metadata"], "the input notebook is left alone"
+
+
+def test_nbgrader_metadata_refuses_ambiguous_cells():
+    with pytest.raises(ValueError, match="share the nbgrader grade_id 'double'"):
+        exercises.with_nbgrader_metadata(exercise_notebook(("code", SOLUTION_CELL, {}),
+                                                           ("code", SOLUTION_CELL, {})))
+    with pytest.raises(ValueError, match="both a solution and a check"):
+        both = SOLVED + "\nexercises.check_x(f)"
+        exercises.with_nbgrader_metadata(exercise_notebook(("code", both, {})))
+    with pytest.raises(ValueError, match="hidden tests belong in a code cell"):
+        exercises.with_nbgrader_metadata(exercise_notebook(("markdown", CHECK_CELL, {})))
+
+
+def test_command_writes_nbgrader_metadata_into_notebooks_in_place(tmp_path, capsys):
+    nbformat = pytest.importorskip("nbformat")
+    path = tmp_path / "01_demo.ipynb"
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(SOLUTION_CELL),
+                                               nbformat.v4.new_code_cell(CHECK_CELL)])
+    nbformat.write(notebook, path)
+    exercises.main([str(path), "--nbgrader-metadata"])
+    exercises.main([str(path), "--nbgrader-metadata"])
+    assert capsys.readouterr().out.splitlines() == [f"updated {path}", f"unchanged {path}"]
+    written = nbformat.read(path, as_version=4)
+    assert [c.metadata.nbgrader.grade_id for c in written.cells] == ["double", "check_double"]
+    assert written.cells[0].source == SOLUTION_CELL  # nothing else changes
+    assert not (tmp_path / "student").exists(), "the metadata mode writes no copies"

@@ -1,0 +1,322 @@
+"""Every exercise check passes a right answer and fails, naming the input, on plausible wrong ones.
+
+For each check: one correct solution (written independently of the check's reference), then the
+mistakes a learner is likely to make (forgetting the mask or the scaling, the wrong axis, the
+wrong transpose, ...), each of which must raise ExerciseCheckFailed with a message that names the
+input it failed on and ends with the check's hint.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import d2lhelpers as d2lh
+from d2lhelpers import exercises
+from d2lhelpers.exercises import ExerciseCheckFailed
+
+# ---------------------------------------------------------------------------------------------
+# Notebook 01
+
+
+def numpy_softmax_rows(S):
+    E = np.exp(S - S.max(axis=1, keepdims=True))
+    return E / E.sum(axis=1, keepdims=True)
+
+
+def self_attention(X, W_q, W_k, W_v, scale_by=None, axis=1):
+    Q, K, V = X @ W_q, X @ W_k, X @ W_v
+    S = Q @ K.T / np.sqrt(Q.shape[1] if scale_by is None else scale_by(X, Q))
+    E = np.exp(S - S.max(axis=axis, keepdims=True))
+    A = E / E.sum(axis=axis, keepdims=True)
+    return A @ V, A
+
+
+def max_weights(Q, K, c):
+    return numpy_softmax_rows(c * Q @ K.T / np.sqrt(Q.shape[1])).max(axis=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Notebook 02
+
+
+def laplace_pooling(queries, keys, values, width):
+    kernel = torch.exp(-(queries[:, None] - keys[None, :]).abs() / width)  # (n_q, n_k)
+    return kernel / kernel.sum(dim=1, keepdim=True) @ values
+
+
+def loo_error(x, y, width, leave_out=True, square_width=True, reduce=torch.mean):
+    distances = x[:, None] - x[None, :]
+    scores = -(distances / width) ** 2 / 2 if square_width else -distances ** 2 / (2 * width)
+    if leave_out:
+        scores = scores - torch.diag(torch.full_like(x, math.inf))
+    return reduce((torch.softmax(scores, dim=1) @ y - y) ** 2).item()
+
+
+# ---------------------------------------------------------------------------------------------
+# Notebook 03
+
+
+def multiplicative_scores(queries, keys, W):
+    return torch.bmm(queries @ W, keys.transpose(1, 2))
+
+
+def causal_lens(batch_size, num_queries):
+    return torch.arange(1, num_queries + 1).expand(batch_size, -1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Notebook 04
+
+
+def per_head_weights(mha, queries, keys, valid_lens, fold=True, scale="d_k", lens="interleave",
+                     fill="package"):
+    h, d_k = mha.num_heads, mha.d_k
+
+    def split(x):  # (B, T, d_model) -> (B*h, T, d_k)
+        B, T, _ = x.shape
+        if fold:  # (B, T, h, d_k) -> (B, h, T, d_k) -> fold the heads into the batch
+            return x.reshape(B, T, h, d_k).transpose(1, 2).reshape(B * h, T, d_k)
+        return x.reshape(B * h, T, d_k)  # the classic mistake: no transpose
+
+    Q, K = split(mha.W_q(queries)), split(mha.W_k(keys))
+    scores = Q @ K.transpose(1, 2) / math.sqrt(d_k if scale == "d_k" else mha.d_model)
+    if valid_lens is None or lens == "ignore":
+        weights = torch.softmax(scores, dim=-1)
+    else:
+        if lens == "interleave":
+            folded_lens = valid_lens.repeat_interleave(h, dim=0)
+        else:  # tiles the whole batch: pairs heads with the wrong sequences
+            folded_lens = valid_lens.repeat(h, *[1] * (valid_lens.dim() - 1))
+        if fill == "package":
+            weights = d2lh.masked_softmax(scores, folded_lens)
+        else:  # -inf in masked places: a row with no valid key becomes NaN
+            mask = d2lh.valid_lens_to_mask(folded_lens, scores.shape[1], scores.shape[2])
+            weights = torch.softmax(scores.masked_fill(~mask, -math.inf), dim=-1)
+    return weights.reshape(queries.shape[0], h, *weights.shape[1:])  # (B*h, ...) -> (B, h, ...)
+
+
+def to_torch_multihead(mha, biases=True, order=("W_q", "W_k", "W_v"), batch_first=True):
+    has_bias = mha.W_q.bias is not None
+    layer = nn.MultiheadAttention(mha.d_model, mha.num_heads, bias=has_bias,
+                                  batch_first=batch_first)
+    with torch.no_grad():
+        layer.in_proj_weight.copy_(torch.cat([getattr(mha, n).weight for n in order]))
+        layer.out_proj.weight.copy_(mha.W_o.weight)
+        if has_bias and biases:
+            layer.in_proj_bias.copy_(torch.cat([getattr(mha, n).bias for n in order]))
+            layer.out_proj.bias.copy_(mha.W_o.bias)
+    return layer
+
+
+# ---------------------------------------------------------------------------------------------
+# Notebook 05
+
+
+def sinusoidal_table(max_len, d, exponent=2, layout="interleave"):
+    i = torch.arange(max_len, dtype=torch.float64)[:, None]
+    j = torch.arange((d + 1) // 2, dtype=torch.float64)
+    angles = i / 10000 ** (exponent * j / d)  # (max_len, ceil(d/2))
+    if layout == "halves":  # sines in the first half, cosines in the second
+        return torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)[:, :d]
+    P = torch.empty(max_len, d, dtype=torch.float64)
+    P[:, 0::2] = torch.sin(angles)
+    P[:, 1::2] = torch.cos(angles[:, : d // 2])
+    return P
+
+
+def even_only_table(max_len, d):  # the notebook's section 3 code, which needs an even d
+    angles = torch.arange(max_len)[:, None] / 10000 ** (torch.arange(0, d, 2) / d)
+    P = torch.zeros(max_len, d)
+    P[:, 0::2], P[:, 1::2] = torch.sin(angles), torch.cos(angles)
+    return P
+
+
+def shift_matrix(delta, d, sign=1, exponent=2):
+    M = torch.zeros(d, d, dtype=torch.float64)
+    for j in range(d // 2):
+        angle = torch.tensor(delta / 10000 ** (exponent * j / d), dtype=torch.float64)
+        c, s = torch.cos(angle), sign * torch.sin(angle)
+        block = torch.stack([torch.stack([c, s]), torch.stack([-s, c])])  # (2, 2)
+        M[2 * j: 2 * j + 2, 2 * j: 2 * j + 2] = block
+    return M
+
+
+# ---------------------------------------------------------------------------------------------
+# The table: check -> (right answer, {mistake: (wrong answer, what the failure must mention)}).
+
+
+def scaled_scores(Q, K, c):
+    return c * Q @ K.T / np.sqrt(Q.shape[1])
+
+
+def laplace_weights(q, k, w, dim=1):
+    return torch.softmax(-(q[:, None] - k).abs() / w, dim=dim)
+
+
+CHECKS = {
+    "check_self_attention": (self_attention, {
+        "no scaling": (
+            lambda *a: self_attention(*a, scale_by=lambda X, Q: 1), "values differ"),
+        "scaled by the input width": (
+            lambda *a: self_attention(*a, scale_by=lambda X, Q: X.shape[1]), "values differ"),
+        "softmax over the wrong axis": (lambda *a: self_attention(*a, axis=0), "values differ"),
+        "(A, Z) instead of (Z, A)": (lambda *a: self_attention(*a)[::-1], "result 0 of the tuple"),
+    }),
+    "check_max_weights": (max_weights, {
+        "no scaling": (
+            lambda Q, K, c: numpy_softmax_rows(c * Q @ K.T).max(axis=1), "values differ"),
+        "max over the queries": (
+            lambda Q, K, c: numpy_softmax_rows(scaled_scores(Q, K, c)).max(axis=0),
+            "expected shape"),
+        "c after the softmax": (
+            lambda Q, K, c: c * numpy_softmax_rows(scaled_scores(Q, K, 1)).max(axis=1),
+            "on input c = 0"),
+    }),
+    "check_laplace_pooling": (laplace_pooling, {
+        "Gaussian instead of Laplace": (
+            lambda q, k, v, w: torch.softmax(-((q[:, None] - k) / w) ** 2, dim=1) @ v,
+            "values differ"),
+        "normalised over the queries": (
+            lambda q, k, v, w: laplace_weights(q, k, w, dim=0) @ v, "values differ"),
+        "not normalised": (
+            lambda q, k, v, w: torch.exp(-(q[:, None] - k).abs() / w) @ v, "values differ"),
+    }),
+    "check_loo_error": (loo_error, {
+        "the point among its own keys": (
+            lambda x, y, w: loo_error(x, y, w, leave_out=False), "expected"),
+        "width not squared": (lambda x, y, w: loo_error(x, y, w, square_width=False), "expected"),
+        "sum instead of mean": (lambda x, y, w: loo_error(x, y, w, reduce=torch.sum), "expected"),
+    }),
+    "check_multiplicative_scores": (multiplicative_scores, {
+        "W transposed": (lambda q, k, W: q @ W.T @ k.transpose(1, 2), "raised RuntimeError"),
+        "scaled like dot-product attention": (
+            lambda q, k, W: q @ W @ k.transpose(1, 2) / math.sqrt(q.shape[-1]), "values differ"),
+        "keys not transposed": (lambda q, k, W: q @ W @ k, "raised RuntimeError"),
+        "computed in float32": (
+            lambda q, k, W: q.float() @ W.float() @ k.float().transpose(1, 2),
+            "expected dtype float64"),
+    }),
+    "check_causal_lens": (causal_lens, {
+        "lengths 0 .. T-1": (lambda B, T: torch.arange(T).expand(B, -1), "values differ"),
+        "one row, not one per sequence": (lambda B, T: torch.arange(1, T + 1), "raised ValueError"),
+        "every key": (lambda B, T: torch.full((B, T), T), "values differ"),
+    }),
+    "check_per_head_weights": (per_head_weights, {
+        "no transpose when splitting": (
+            lambda *a: per_head_weights(*a, fold=False), "values differ"),
+        "scaled by sqrt(d_model)": (
+            lambda *a: per_head_weights(*a, scale="d_model"), "values differ"),
+        "repeat instead of repeat_interleave": (
+            lambda *a: per_head_weights(*a, lens="repeat"), "valid_lens (B,)"),
+        "mask forgotten": (lambda *a: per_head_weights(*a, lens="ignore"), "valid_lens (B,)"),
+        "-inf fill, NaN in an empty row": (
+            lambda *a: per_head_weights(*a, fill="-inf"),
+            "a sequence with valid length 0: the result holds NaN"),
+    }),
+    "check_to_torch_multihead": (to_torch_multihead, {
+        "biases forgotten": (lambda mha: to_torch_multihead(mha, biases=False), "bias=True"),
+        "[W_k; W_q; W_v]": (
+            lambda mha: to_torch_multihead(mha, order=("W_k", "W_q", "W_v")), "values differ"),
+        "batch_first forgotten": (
+            lambda mha: to_torch_multihead(mha, batch_first=False), "on input"),
+        "not a module": (lambda mha: mha, "expected a torch.nn.MultiheadAttention"),
+    }),
+    "check_sinusoidal_table": (sinusoidal_table, {
+        "exponent j/d instead of 2j/d": (
+            lambda n, d: sinusoidal_table(n, d, exponent=1), "values differ"),
+        "sines then cosines": (
+            lambda n, d: sinusoidal_table(n, d, layout="halves"), "values differ"),
+        "even widths only": (even_only_table, "an odd width"),
+    }),
+    "check_shift_matrix": (shift_matrix, {
+        "rotation transposed (shifts back)": (
+            lambda delta, d: shift_matrix(delta, d, sign=-1), "values differ"),
+        "frequency exponent j/d": (
+            lambda delta, d: shift_matrix(delta, d, exponent=1), "values differ"),
+    }),
+}
+
+
+@pytest.mark.parametrize("check", sorted(CHECKS))
+@pytest.mark.parametrize("seed", [0, 1])
+def test_check_passes_a_right_answer(check, seed, capsys):
+    right, _ = CHECKS[check]
+    getattr(exercises, check)(right, seed=seed)
+    line = capsys.readouterr().out
+    assert line.startswith("Correct: ") and line.endswith(" checks.\n") and line.count("\n") == 1
+
+
+WRONG = [(check, mistake)
+         for check, (_, mistakes) in sorted(CHECKS.items()) for mistake in mistakes]
+
+
+@pytest.mark.parametrize("check, mistake", WRONG, ids=[f"{c}-{m}" for c, m in WRONG])
+def test_check_fails_a_plausible_wrong_answer_naming_the_input(check, mistake, capsys):
+    wrong, must_mention = CHECKS[check][1][mistake]
+    with pytest.raises(ExerciseCheckFailed) as failure:
+        getattr(exercises, check)(wrong)
+    message = str(failure.value)
+    assert must_mention in message
+    assert "on input " in message and "\nHint: " in message
+    assert "Correct" not in capsys.readouterr().out
+
+
+def test_every_check_of_the_module_is_tested():
+    assert {name for name in exercises.__all__ if name.startswith("check_")} == set(CHECKS)
+
+
+@pytest.mark.parametrize("check", sorted(CHECKS))
+def test_a_stub_is_reported_as_not_implemented(check):
+    def stub(*args):
+        raise NotImplementedError()
+
+    with pytest.raises(ExerciseCheckFailed, match="not implemented yet"):
+        getattr(exercises, check)(stub)
+
+
+@pytest.mark.parametrize("check", sorted(CHECKS))
+def test_checks_leave_the_global_random_state_alone(check):
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    getattr(exercises, check)(CHECKS[check][0])
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_checks_draw_other_cases_with_another_seed(capsys):
+    seen = []
+
+    def recording(queries, keys, W):
+        seen.append(tuple(queries.shape) + tuple(keys.shape))
+        return multiplicative_scores(queries, keys, W)
+
+    for seed in (0, 1):
+        exercises.check_multiplicative_scores(recording, seed=seed)
+    half = len(seen) // 2
+    assert seen[:4] == seen[half:half + 4]  # the fixed edge cases
+    assert seen[4:half] != seen[half + 4:]  # the random ones
+    with pytest.raises(ValueError, match="seed must be an int"):
+        exercises.check_multiplicative_scores(multiplicative_scores, seed="0")
+
+
+def test_float32_answers_pass_where_float32_is_enough(capsys):
+    exercises.check_shift_matrix(lambda delta, d: shift_matrix(delta, d).float())
+    exercises.check_sinusoidal_table(lambda max_len, d: sinusoidal_table(max_len, d).float())
+    assert capsys.readouterr().out.count("Correct: ") == 2
+
+
+def test_references_agree_with_the_package_and_the_definitions():
+    # the shift matrix maps every row of the package's table to the row delta further
+    P = d2lh.PositionalEncoding(16, max_len=40).P[0].double()
+    for delta in (-3, 0, 5):
+        M = exercises._shift_matrix(delta, 16)
+        rows = range(max(0, -delta), 40 - max(0, delta))
+        shifted = P[[i + delta for i in rows]]
+        torch.testing.assert_close(P[list(rows)] @ M.T, shifted, atol=1e-6, rtol=0)
+    # Laplace pooling: the softmax form equals the kernel definition
+    exercises.check_laplace_pooling(laplace_pooling)
