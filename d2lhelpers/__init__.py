@@ -29,10 +29,12 @@ _EXPORTS = {
     "TransformerEncoder": "transformer", "DecoderBlock": "transformer",
     "DecoderState": "transformer", "TransformerDecoder": "transformer",
     "Transformer": "transformer", "causal_valid_lens": "transformer",
+    "copy_to_torch_layer": "transformer",
     # training and decoding
     "masked_cross_entropy": "training", "TrainingReport": "training",
     "train_seq2seq": "training", "greedy_decode": "training", "translate": "training",
-    "held_out_bleu": "training",
+    "held_out_bleu": "training", "transformer_lr": "training", "BeamSearchResult": "training",
+    "beam_search": "training", "sequence_log_prob": "training",
     # data
     "data_dir": "data", "FRA_ENG_URL": "data", "FRA_ENG_SHA1": "data", "fra_eng_path": "data",
     "read_pairs": "data", "normalize": "data", "tokenize": "data", "Vocab": "data",

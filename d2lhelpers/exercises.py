@@ -53,6 +53,8 @@ __all__ = [
     "check_per_head_weights", "check_to_torch_multihead",
     # notebook 05
     "check_sinusoidal_table", "check_shift_matrix",
+    # notebook 06
+    "check_layer_norm", "check_causal_additive_mask",
     # student copies and nbgrader
     "BEGIN_SOLUTION", "END_SOLUTION", "BEGIN_HIDDEN_TESTS", "END_HIDDEN_TESTS",
     "student_source",
@@ -133,7 +135,9 @@ def _compare(got, expected, atol: float, rtol: float) -> str | None:
     if not torch.allclose(have, want, atol=atol, rtol=rtol, equal_nan=True):
         if want.dim() == 0:
             return f"expected {want.item():.6g}, got {have.item():.6g}"
-        worst = (have - want).abs().nan_to_num(math.inf).flatten().argmax().item()
+        # equal infinities (a -inf mask entry, say) count as no difference
+        differences = (have - want).abs().masked_fill(have == want, 0)
+        worst = differences.nan_to_num(math.inf).flatten().argmax().item()
         index = tuple(int(i) for i in np.unravel_index(worst, tuple(want.shape)))
         return (f"values differ: at index {index} expected {want[index].item():.6g}, "
                 f"got {have[index].item():.6g}")
@@ -554,6 +558,58 @@ def check_shift_matrix(fn: Callable, seed: int = 0) -> None:
                    "cos(delta w_j)]] with w_j = 1 / 10000^(2j / d), placed on the diagonal "
                    "(torch.block_diag); "
                    "check that M @ p_i equals p_(i+delta) on the table of section 3.")
+
+
+# ---------------------------------------------------------------------------------------------
+# Notebook 06: the Transformer
+
+
+def check_layer_norm(fn: Callable, seed: int = 0) -> None:
+    """fn(X, eps=1e-5) -> X normalised over its last axis (each token's vector, of width d_model):
+    (X - mean) / sqrt(var + eps), with the biased variance (dividing by d_model) and no learned
+    scale or shift. X has any shape (..., d_model); the result has X's shape and dtype."""
+    generator = _generator(seed)
+    fixed = [("the worked example [[1, 2], [2, 3]]", torch.tensor([[1.0, 2.0], [2.0, 3.0]]), 1e-5),
+             ("a constant row and a nearly constant one (eps matters)",
+              torch.tensor([[4.0, 4.0, 4.0], [0.001, 0.0, -0.001]]), 1e-5),
+             ("a large eps", _randn(generator, 3, 4), 1.0),
+             ("3-D input (B, T, d_model)", _randn(generator, 2, 3, 5), 1e-5),
+             ("float64", _randn(generator, 4, 6, dtype=torch.float64), 1e-5)]
+    random = []
+    for s in _sizes(generator, 2, B=(1, 3), T=(1, 5), d_model=(2, 16)):
+        X = 3 * _randn(generator, s["B"], s["T"], s["d_model"]) + 2  # not already centred
+        random.append(("", X, 1e-5))
+    cases = [(_label(what, f"X {tuple(X.shape)}, eps={eps:g}"), (X, eps))
+             for what, X, eps in fixed + random]
+    run_check("layer_norm", fn, cases,
+              reference=lambda X, eps: torch.nn.functional.layer_norm(X, X.shape[-1:], eps=eps),
+              hint="take the mean and the variance over the last axis (dim=-1, keepdim=True), the "
+                   "variance biased (unbiased=False: divide by d_model, not d_model - 1); return "
+                   "(X - mean) / sqrt(var + eps), eps inside the square root.")
+
+
+def check_causal_additive_mask(fn: Callable, seed: int = 0) -> None:
+    """fn(T) -> the additive causal mask M (T, T), float: 0 on and below the diagonal, -inf above
+    it, so that softmax(Q K^T / sqrt(d) + M) lets query i see keys 0 .. i only."""
+    generator = _generator(seed)
+    sizes = [("a single position", 1), ("", 2), ("", 5)]
+    sizes += [("", s["T"]) for s in _sizes(generator, 2, T=(3, 12))]
+    cases = [(_label(what, f"T={T}"), (T,)) for what, T in sizes]
+
+    def mask(T):  # the learner's mask as a float tensor: -inf must stay -inf, 0 stay 0
+        M = fn(T)
+        if not isinstance(M, torch.Tensor) or not M.is_floating_point():
+            raise TypeError("expected a float tensor of 0 and -inf, got "
+                            + (f"dtype {M.dtype}" if isinstance(M, torch.Tensor)
+                               else type(M).__name__))
+        return M
+
+    run_check("causal_additive_mask", mask, cases,
+              reference=lambda T: torch.nn.Transformer.generate_square_subsequent_mask(T),
+              hint="M[i, j] = -inf when key j is in the future of query i (j > i), 0 otherwise "
+                   "(the diagonal included: a position sees itself); e.g. "
+                   "torch.full((T, T), float('-inf')).triu(diagonal=1). A float mask, not a "
+                   "boolean one: it is added to the scores.")
 
 
 # ---------------------------------------------------------------------------------------------

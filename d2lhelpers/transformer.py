@@ -27,6 +27,7 @@ __all__ = [
     "TransformerDecoder",
     "Transformer",
     "causal_valid_lens",
+    "copy_to_torch_layer",
 ]
 
 
@@ -248,3 +249,95 @@ class Transformer(nn.Module):
     def forward(self, src, src_valid_lens, tgt_input):
         enc_outputs = self.encoder(src, src_valid_lens)
         return self.decoder(tgt_input, enc_outputs, src_valid_lens)
+
+
+def _copy_attention(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:
+    if not (ours.d_model == theirs.embed_dim and ours.num_heads == theirs.num_heads
+            and theirs._qkv_same_embed_dim and theirs.batch_first):
+        raise ValueError(
+            f"theirs must be nn.MultiheadAttention(embed_dim={ours.d_model}, "
+            f"num_heads={ours.num_heads}, batch_first=True) without kdim/vdim, got embed_dim="
+            f"{theirs.embed_dim}, num_heads={theirs.num_heads}, batch_first={theirs.batch_first}"
+        )
+    has_bias = ours.W_q.bias is not None
+    if has_bias != (theirs.in_proj_bias is not None):
+        raise ValueError(f"bias mismatch: ours bias={has_bias}, theirs "
+                         f"bias={theirs.in_proj_bias is not None}")
+    with torch.no_grad():
+        # PyTorch stacks the three input projections into one (3*d_model, d_model) matrix
+        theirs.in_proj_weight.copy_(torch.cat([ours.W_q.weight, ours.W_k.weight, ours.W_v.weight]))
+        theirs.out_proj.weight.copy_(ours.W_o.weight)
+        if has_bias:
+            theirs.in_proj_bias.copy_(torch.cat([ours.W_q.bias, ours.W_k.bias, ours.W_v.bias]))
+            theirs.out_proj.bias.copy_(ours.W_o.bias)
+
+
+def _copy_block(ours, theirs, attentions, add_norms, norms) -> None:
+    norm_first = add_norms[0].norm_first
+    if theirs.norm_first != norm_first:
+        raise ValueError(f"norm_first mismatch: ours {norm_first}, theirs {theirs.norm_first}")
+    if theirs.activation is not torch.nn.functional.relu:
+        raise ValueError(f"theirs must use the ReLU activation, got {theirs.activation}")
+    ours_ffn = (ours.ffn.linear1.in_features, ours.ffn.linear1.out_features)
+    theirs_ffn = (theirs.linear1.in_features, theirs.linear1.out_features)
+    if ours_ffn != theirs_ffn:
+        raise ValueError(
+            f"FFN sizes (d_model, ffn_hidden) differ: ours {ours_ffn}, theirs {theirs_ffn}")
+    for our_attention, their_attention in attentions:
+        _copy_attention(our_attention, their_attention)
+    theirs.linear1.load_state_dict(ours.ffn.linear1.state_dict())
+    theirs.linear2.load_state_dict(ours.ffn.linear2.state_dict())
+    for add_norm, their_norm in zip(add_norms, norms):
+        if add_norm.norm.eps != their_norm.eps:
+            raise ValueError(
+                f"LayerNorm eps differ: ours {add_norm.norm.eps}, theirs {their_norm.eps}")
+        their_norm.load_state_dict(add_norm.norm.state_dict())
+
+
+def copy_to_torch_layer(ours: nn.Module, theirs: nn.Module) -> nn.Module:
+    """Copy a course layer's weights into PyTorch's counterpart, which then computes the same
+    function (in eval mode, or with dropout 0); return ``theirs``.
+
+    Pairs (PyTorch's built with ``batch_first=True`` and the same sizes):
+
+    - :class:`~d2lhelpers.attention.MultiHeadAttention` -> ``nn.MultiheadAttention`` (same
+      ``bias``);
+    - :class:`EncoderBlock` -> ``nn.TransformerEncoderLayer`` (same ``norm_first``);
+    - :class:`DecoderBlock` -> ``nn.TransformerDecoderLayer`` (same ``norm_first``);
+    - a pre-norm :class:`Transformer` -> ``nn.Transformer(norm_first=True)``: every block and the
+      final LayerNorm of each stack. Embeddings, positional encoding and the output layer are ours
+      alone (``nn.Transformer`` has none). A post-norm Transformer has no PyTorch twin:
+      ``nn.Transformer`` always ends both stacks with a LayerNorm, which the paper's post-norm
+      stacks do not have.
+
+    Raises ``ValueError`` naming what differs (sizes, ``norm_first``, bias, activation).
+    """
+    if isinstance(ours, MultiHeadAttention) and isinstance(theirs, nn.MultiheadAttention):
+        _copy_attention(ours, theirs)
+    elif isinstance(ours, EncoderBlock) and isinstance(theirs, nn.TransformerEncoderLayer):
+        _copy_block(ours, theirs, [(ours.self_attention, theirs.self_attn)],
+                    [ours.add_norm1, ours.add_norm2], [theirs.norm1, theirs.norm2])
+    elif isinstance(ours, DecoderBlock) and isinstance(theirs, nn.TransformerDecoderLayer):
+        _copy_block(ours, theirs, [(ours.self_attention, theirs.self_attn),
+                                   (ours.cross_attention, theirs.multihead_attn)],
+                    [ours.add_norm1, ours.add_norm2, ours.add_norm3],
+                    [theirs.norm1, theirs.norm2, theirs.norm3])
+    elif isinstance(ours, Transformer) and isinstance(theirs, nn.Transformer):
+        if not isinstance(ours.encoder.final_norm, nn.LayerNorm):
+            raise ValueError("ours is post-norm (norm_first=False): nn.Transformer ends each stack "
+                             "with a LayerNorm that the paper's post-norm stacks do not have")
+        ours_layers = (len(ours.encoder.blocks), len(ours.decoder.blocks))
+        theirs_layers = (len(theirs.encoder.layers), len(theirs.decoder.layers))
+        if ours_layers != theirs_layers:
+            raise ValueError(f"numbers of (encoder, decoder) layers differ: ours {ours_layers}, "
+                             f"theirs {theirs_layers}")
+        for block, layer in zip(ours.encoder.blocks, theirs.encoder.layers):
+            copy_to_torch_layer(block, layer)
+        for block, layer in zip(ours.decoder.blocks, theirs.decoder.layers):
+            copy_to_torch_layer(block, layer)
+        theirs.encoder.norm.load_state_dict(ours.encoder.final_norm.state_dict())
+        theirs.decoder.norm.load_state_dict(ours.decoder.final_norm.state_dict())
+    else:
+        raise ValueError(f"no PyTorch counterpart known for the pair ({type(ours).__name__}, "
+                         f"{type(theirs).__name__})")
+    return theirs

@@ -147,6 +147,25 @@ def shift_matrix(delta, d, sign=1, exponent=2):
 
 
 # ---------------------------------------------------------------------------------------------
+# Notebook 06
+
+
+def layer_norm(X, eps=1e-5, dim=-1, unbiased=False, eps_inside=True):
+    mean = X.mean(dim=dim, keepdim=True)
+    var = X.var(dim=dim, unbiased=unbiased, keepdim=True)
+    if eps_inside:
+        return (X - mean) / torch.sqrt(var + eps)
+    return (X - mean) / (torch.sqrt(var) + eps)
+
+
+def causal_additive_mask(T, offset=1, lower=False):
+    M = torch.zeros(T, T)
+    future = torch.ones(T, T, dtype=torch.bool)  # (T_q, T_k)
+    future = future.tril(diagonal=-offset) if lower else future.triu(diagonal=offset)
+    return M.masked_fill(future, -math.inf)
+
+
+# ---------------------------------------------------------------------------------------------
 # The table: check -> (right answer, {mistake: (wrong answer, what the failure must mention)}).
 
 
@@ -238,6 +257,26 @@ CHECKS = {
             lambda delta, d: shift_matrix(delta, d, sign=-1), "values differ"),
         "frequency exponent j/d": (
             lambda delta, d: shift_matrix(delta, d, exponent=1), "values differ"),
+    }),
+    "check_layer_norm": (layer_norm, {
+        "unbiased variance": (
+            lambda X, eps: layer_norm(X, eps, unbiased=True), "the worked example"),
+        "normalised over the first axis": (
+            lambda X, eps: layer_norm(X, eps, dim=0), "the worked example"),
+        "eps outside the square root": (
+            lambda X, eps: layer_norm(X, eps, eps_inside=False), "eps matters"),
+        "eps missing": (
+            lambda X, eps: layer_norm(X, 0.0), "the result holds NaN"),
+    }),
+    "check_causal_additive_mask": (causal_additive_mask, {
+        "diagonal masked too": (
+            lambda T: causal_additive_mask(T, offset=0), "on input a single position, T=1"),
+        "transposed: the past masked": (
+            lambda T: causal_additive_mask(T, lower=True), "at index (0, 1) expected -inf, got 0"),
+        "a boolean mask": (
+            lambda T: torch.ones(T, T, dtype=torch.bool).triu(diagonal=1), "raised TypeError"),
+        "1 instead of -inf": (
+            lambda T: torch.ones(T, T).triu(diagonal=1), "values differ"),
     }),
 }
 

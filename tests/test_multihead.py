@@ -24,14 +24,7 @@ def make_pair(d_model, num_heads, dtype=torch.float32, bias=False, seed=0):
             nn.init.normal_(layer.bias)
     theirs = nn.MultiheadAttention(d_model, num_heads, bias=bias, batch_first=True, dtype=dtype)
     theirs.eval()
-    with torch.no_grad():
-        # PyTorch stacks the three input projections: rows [W_q; W_k; W_v] of shape (3*d_model, d_model)
-        theirs.in_proj_weight.copy_(torch.cat([ours.W_q.weight, ours.W_k.weight, ours.W_v.weight]))
-        theirs.out_proj.weight.copy_(ours.W_o.weight)
-        if bias:
-            theirs.in_proj_bias.copy_(torch.cat([ours.W_q.bias, ours.W_k.bias, ours.W_v.bias]))
-            theirs.out_proj.bias.copy_(ours.W_o.bias)
-    return ours, theirs
+    return ours, d2lh.copy_to_torch_layer(ours, theirs)
 
 
 def random_qkv(B, T_q, T_k, d_model, dtype, seed=1):

@@ -64,6 +64,10 @@ def test_training_learns_a_toy_translation_and_decodes_it():
     assert d2lh.translate(model, data, "Red big.") == "RED BIG RED ."  # input normalised first
     assert d2lh.translate(model, data, ["cat dog .", "sun sea ."]) == ["CAT DOG CAT .", "SUN SEA SUN ."]
     assert d2lh.held_out_bleu(model, data) == pytest.approx(100.0)
+    # beam search through the same preprocessing
+    assert d2lh.translate(model, data, ["Red big.", "sun sea ."], beam_size=3) == [
+        "RED BIG RED .", "SUN SEA SUN ."]
+    assert d2lh.held_out_bleu(model, data, beam_size=2) == pytest.approx(100.0)
 
 
 def test_training_stops_at_the_time_budget():

@@ -10,21 +10,6 @@ import d2lhelpers as d2lh
 D_MODEL, HEADS, FFN = 16, 4, 32
 
 
-def copy_attention(ours: d2lh.MultiHeadAttention, theirs: nn.MultiheadAttention):
-    with torch.no_grad():
-        theirs.in_proj_weight.copy_(torch.cat([ours.W_q.weight, ours.W_k.weight, ours.W_v.weight]))
-        theirs.in_proj_bias.copy_(torch.cat([ours.W_q.bias, ours.W_k.bias, ours.W_v.bias]))
-        theirs.out_proj.weight.copy_(ours.W_o.weight)
-        theirs.out_proj.bias.copy_(ours.W_o.bias)
-
-
-def copy_common(ours, theirs, norms):
-    theirs.linear1.load_state_dict(ours.ffn.linear1.state_dict())
-    theirs.linear2.load_state_dict(ours.ffn.linear2.state_dict())
-    for our_add_norm, their_norm in norms:
-        their_norm.load_state_dict(our_add_norm.norm.state_dict())
-
-
 def padding_mask(valid_lens, length):
     """PyTorch's key_padding_mask: True where a key must be ignored."""
     return torch.arange(length)[None, :] >= valid_lens[:, None]
@@ -36,8 +21,7 @@ def test_encoder_block_equals_torch_encoder_layer(norm_first):
     ours = d2lh.EncoderBlock(D_MODEL, HEADS, FFN, dropout=0.0, norm_first=norm_first).double()
     theirs = nn.TransformerEncoderLayer(D_MODEL, HEADS, FFN, dropout=0.0, batch_first=True,
                                         norm_first=norm_first).double()
-    copy_attention(ours.self_attention, theirs.self_attn)
-    copy_common(ours, theirs, [(ours.add_norm1, theirs.norm1), (ours.add_norm2, theirs.norm2)])
+    assert d2lh.copy_to_torch_layer(ours, theirs) is theirs
     X = torch.randn(3, 7, D_MODEL, dtype=torch.float64)
     valid_lens = torch.tensor([7, 3, 5])
     expected = theirs(X, src_key_padding_mask=padding_mask(valid_lens, 7))
@@ -50,10 +34,7 @@ def test_decoder_block_equals_torch_decoder_layer(norm_first):
     ours = d2lh.DecoderBlock(D_MODEL, HEADS, FFN, dropout=0.0, norm_first=norm_first).double()
     theirs = nn.TransformerDecoderLayer(D_MODEL, HEADS, FFN, dropout=0.0, batch_first=True,
                                         norm_first=norm_first).double()
-    copy_attention(ours.self_attention, theirs.self_attn)
-    copy_attention(ours.cross_attention, theirs.multihead_attn)
-    copy_common(ours, theirs, [(ours.add_norm1, theirs.norm1), (ours.add_norm2, theirs.norm2),
-                               (ours.add_norm3, theirs.norm3)])
+    d2lh.copy_to_torch_layer(ours, theirs)
     X = torch.randn(2, 6, D_MODEL, dtype=torch.float64)
     memory = torch.randn(2, 5, D_MODEL, dtype=torch.float64)
     enc_valid_lens = torch.tensor([2, 5])
@@ -61,6 +42,55 @@ def test_decoder_block_equals_torch_decoder_layer(norm_first):
     expected = theirs(X, memory, tgt_mask=causal,
                       memory_key_padding_mask=padding_mask(enc_valid_lens, 5))
     torch.testing.assert_close(ours(X, memory, enc_valid_lens), expected)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_multihead_attention_copied_into_torch_computes_the_same(bias):
+    torch.manual_seed(2)
+    ours = d2lh.MultiHeadAttention(D_MODEL, HEADS, bias=bias).double()
+    theirs = d2lh.copy_to_torch_layer(
+        ours, nn.MultiheadAttention(D_MODEL, HEADS, bias=bias, batch_first=True).double())
+    queries = torch.randn(2, 3, D_MODEL, dtype=torch.float64)
+    keys = torch.randn(2, 5, D_MODEL, dtype=torch.float64)
+    valid_lens = torch.tensor([2, 5])
+    expected, _ = theirs(queries, keys, keys, key_padding_mask=padding_mask(valid_lens, 5))
+    torch.testing.assert_close(ours(queries, keys, keys, valid_lens), expected)
+
+
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor")
+def test_pre_norm_transformer_stacks_equal_torch_transformer():
+    torch.manual_seed(3)
+    ours = d2lh.Transformer(11, 13, D_MODEL, HEADS, FFN, num_layers=2, dropout=0.0,
+                            norm_first=True).double().eval()
+    theirs = nn.Transformer(D_MODEL, HEADS, 2, 2, FFN, dropout=0.0, batch_first=True,
+                            norm_first=True).double().eval()
+    d2lh.copy_to_torch_layer(ours, theirs)
+    src, src_valid_len = torch.randint(0, 11, (2, 6)), torch.tensor([6, 4])
+    tgt = torch.randint(0, 13, (2, 5))
+    X_src, X_tgt = ours.encoder.embed(src), ours.decoder.embed(tgt)  # embeddings are ours alone
+    memory_mask = padding_mask(src_valid_len, 6)
+    out = theirs(X_src, X_tgt, tgt_mask=nn.Transformer.generate_square_subsequent_mask(5).double(),
+                 src_key_padding_mask=memory_mask, memory_key_padding_mask=memory_mask)
+    torch.testing.assert_close(ours(src, src_valid_len, tgt), ours.decoder.output(out))
+
+
+def test_copy_to_torch_layer_rejects_mismatches():
+    block = d2lh.EncoderBlock(D_MODEL, HEADS, FFN, norm_first=False)
+    pre_norm = nn.TransformerEncoderLayer(D_MODEL, HEADS, FFN, batch_first=True, norm_first=True)
+    with pytest.raises(ValueError, match="norm_first mismatch: ours False, theirs True"):
+        d2lh.copy_to_torch_layer(block, pre_norm)
+    with pytest.raises(ValueError, match=r"ours \(16, 32\), theirs \(16, 64\)"):
+        d2lh.copy_to_torch_layer(block, nn.TransformerEncoderLayer(D_MODEL, HEADS, 64,
+                                                                   batch_first=True))
+    with pytest.raises(ValueError, match="num_heads=4"):
+        d2lh.copy_to_torch_layer(d2lh.MultiHeadAttention(D_MODEL, HEADS),
+                                 nn.MultiheadAttention(D_MODEL, 2, bias=False, batch_first=True))
+    with pytest.raises(ValueError, match="post-norm"):
+        d2lh.copy_to_torch_layer(small_model(), nn.Transformer(D_MODEL, HEADS, 2, 2, FFN,
+                                                               batch_first=True))
+    with pytest.raises(ValueError, match=r"pair \(EncoderBlock, TransformerDecoderLayer\)"):
+        d2lh.copy_to_torch_layer(block, nn.TransformerDecoderLayer(D_MODEL, HEADS, FFN,
+                                                                   batch_first=True))
 
 
 def test_layer_norm_worked_example():
