@@ -86,10 +86,8 @@ def multihead_cases(T: int, batch_size: int, d_model: int, num_heads: int, **_):
     X = torch.randn(batch_size, T, d_model, requires_grad=True)
     valid_lens, allowed = padding(batch_size, T)
     ours = d2lh.MultiHeadAttention(d_model, num_heads)
-    theirs = nn.MultiheadAttention(d_model, num_heads, bias=False, batch_first=True)
-    with torch.no_grad():  # PyTorch stacks [W_q; W_k; W_v] in one (3*d_model, d_model) matrix
-        theirs.in_proj_weight.copy_(torch.cat([ours.W_q.weight, ours.W_k.weight, ours.W_v.weight]))
-        theirs.out_proj.weight.copy_(ours.W_o.weight)
+    theirs = d2lh.copy_to_torch_layer(
+        ours, nn.MultiheadAttention(d_model, num_heads, bias=False, batch_first=True))
     key_padding_mask = ~allowed[:, 0, :]  # (B, T_k), PyTorch's convention: True = ignore
 
     def course():
