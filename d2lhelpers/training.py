@@ -176,6 +176,7 @@ def greedy_decode(model, src, src_valid_len, bos: int, eos: int, max_len: int, u
     and values cached at earlier steps; without it, each step runs the decoder on the whole prefix.
     The two give the same tokens.
     """
+    _check_decoding_inputs(src, src_valid_len, max_len)
     model.eval()
     enc_outputs = model.encoder(src, src_valid_len)
     B = src.shape[0]

@@ -316,6 +316,18 @@ def test_beam_search_rejects_bad_arguments(kwargs, message):
         d2lh.beam_search(model, **arguments)
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(max_len=0), "max_len must be a positive int, got 0"),
+    (dict(src_valid_len=torch.tensor([1, 2])), r"src_valid_len \(2,\)"),
+    (dict(src=torch.zeros(5, dtype=torch.long)), r"src must have shape \(B, T_src\).*got src \(5,\)"),
+])
+def test_greedy_decode_rejects_bad_arguments(kwargs, message):
+    model, src, src_valid_len = random_model()
+    arguments = dict(src=src, src_valid_len=src_valid_len, bos=BOS, eos=EOS, max_len=5) | kwargs
+    with pytest.raises(ValueError, match=message):
+        d2lh.greedy_decode(model, **arguments)
+
+
 def test_sequence_log_prob_counts_up_to_the_first_eos():
     model = MarkovModel(GREEDY_TRAP)
     tokens = torch.tensor([[A, C, EOS, B], [B, B, B, B]])

@@ -166,6 +166,50 @@ def causal_additive_mask(T, offset=1, lower=False):
 
 
 # ---------------------------------------------------------------------------------------------
+# Notebook 07
+
+
+def real_token_smoothing(logits, targets, valid_lens, eps, real_tokens, divide_by_vocab=False,
+                         naive_log=False, multiply_mask=False, dense=False):
+    T = logits.shape[1]
+    log_p = (torch.log(torch.softmax(logits, dim=-1)) if naive_log
+             else torch.log_softmax(logits, dim=-1))  # (B, T, V)
+    nll = -log_p.gather(2, targets[..., None]).squeeze(2)  # (B, T)
+    if dense:  # the target distribution written out, q * log_p over all V tokens
+        q = real_tokens.float() * eps / real_tokens.sum()
+        q = q.expand_as(log_p).clone()
+        q.scatter_add_(2, targets[..., None], torch.full_like(nll[..., None], 1 - eps))
+        losses = -(q * log_p).sum(dim=-1)
+    else:
+        real_sum = log_p.masked_fill(~real_tokens, 0).sum(dim=-1)
+        count = logits.shape[-1] if divide_by_vocab else real_tokens.sum()
+        losses = (1 - eps) * nll - eps * real_sum / count
+    valid = torch.arange(T)[None, :] < valid_lens[:, None]
+    if multiply_mask:
+        return (losses * valid).sum() / valid.sum()
+    return losses[valid].mean()
+
+
+def expand_beams(beam_log_probs, next_log_probs, per_beam=False, ignore_beams=False,
+                 swap_unravel=False, across_sentences=False, ascending=False):
+    B, k, V = next_log_probs.shape
+    totals = next_log_probs if ignore_beams else beam_log_probs[..., None] + next_log_probs
+    if per_beam:  # each beam keeps its own best token
+        values, tokens = totals.max(dim=-1)
+        order = values.argsort(dim=-1, descending=True)
+        return values.gather(1, order), order, tokens.gather(1, order)
+    if across_sentences:  # one top-k over the whole batch
+        flat = totals.reshape(-1)
+        values, index = flat.topk(B * k)
+        return values.reshape(B, k), (index // V % k).reshape(B, k), (index % V).reshape(B, k)
+    values, index = totals.reshape(B, k * V).sort(dim=-1, descending=not ascending)
+    values, index = values[:, :k], index[:, :k]
+    if swap_unravel:
+        return values, index % k, index // k
+    return values, index // V, index % V
+
+
+# ---------------------------------------------------------------------------------------------
 # The table: check -> (right answer, {mistake: (wrong answer, what the failure must mention)}).
 
 
@@ -277,6 +321,31 @@ CHECKS = {
             lambda T: torch.ones(T, T, dtype=torch.bool).triu(diagonal=1), "raised TypeError"),
         "1 instead of -inf": (
             lambda T: torch.ones(T, T).triu(diagonal=1), "values differ"),
+    }),
+    "check_real_token_smoothing": (real_token_smoothing, {
+        "smoothing over all V tokens": (
+            lambda logits, targets, lens, eps, real: d2lh.masked_cross_entropy(logits, targets, lens,
+                                                                               eps),
+            "on input <pad> and <bos> not real"),
+        "divided by V instead of the number of real tokens": (
+            lambda *a: real_token_smoothing(*a, divide_by_vocab=True), "<pad> and <bos> not real"),
+        "log(softmax) instead of log_softmax": (
+            lambda *a: real_token_smoothing(*a, naive_log=True), "a logit 200 above the others"),
+        "the target distribution times log p, over every token": (
+            lambda *a: real_token_smoothing(*a, dense=True), "the logits of <pad> and <bos> are -inf"),
+        "padding removed by multiplying with a 0/1 mask": (
+            lambda *a: real_token_smoothing(*a, multiply_mask=True), "the result holds NaN"),
+    }),
+    "check_expand_beams": (expand_beams, {
+        "each beam keeps only its best token": (
+            lambda *a: expand_beams(*a, per_beam=True), "the first step"),
+        "the beams' log-probabilities not added": (
+            lambda *a: expand_beams(*a, ignore_beams=True), "k = 1 (greedy decoding)"),
+        "candidate index unravelled with k instead of V": (
+            lambda *a: expand_beams(*a, swap_unravel=True), "beams 1 and 2 not started"),
+        "one top-k over the whole batch": (
+            lambda *a: expand_beams(*a, across_sentences=True), "k = 1 (greedy decoding)"),
+        "worst first": (lambda *a: expand_beams(*a, ascending=True), "k = 1"),
     }),
 }
 

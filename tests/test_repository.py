@@ -8,6 +8,8 @@ import sys
 import nbformat
 import pytest
 
+from d2lhelpers import exercises
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -63,3 +65,13 @@ def test_readme_lists_every_notebook_with_its_badge():
         assert f"({colab_url(notebook)})" in readme, f"README lacks the Colab badge of {notebook.name}"
     linked = set(re.findall(r"\(notebooks/([^)]+\.ipynb)\)", readme))
     assert linked <= {p.name for p in NOTEBOOKS}, f"README links missing notebooks: {linked}"
+
+
+def test_readme_describes_every_notebooks_exercises_and_names_every_check():
+    readme = (ROOT / "README.md").read_text()
+    teaching = readme.split("What each notebook's exercises cover:", 1)[1].split("\n## ", 1)[0]
+    for notebook in NOTEBOOKS:
+        number = notebook.name[:2]
+        assert f"\n| {number} | " in teaching, f"README's exercise table has no row for {number}"
+    for check in (name for name in exercises.__all__ if name.startswith("check_")):
+        assert f"(`{check}`)" in teaching, f"README's exercise table does not name {check}"
