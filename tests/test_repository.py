@@ -1,6 +1,7 @@
 """The repository keeps its promises: the README's command is CI's, badges point at the one repository
 address, and every notebook has the course's structure."""
 
+import importlib.util
 import pathlib
 import re
 import sys
@@ -75,3 +76,17 @@ def test_readme_describes_every_notebooks_exercises_and_names_every_check():
         assert f"\n| {number} | " in teaching, f"README's exercise table has no row for {number}"
     for check in (name for name in exercises.__all__ if name.startswith("check_")):
         assert f"(`{check}`)" in teaching, f"README's exercise table does not name {check}"
+
+
+def test_notebook_runner_times_notebooks_and_writes_outputs_only_when_asked(tmp_path):
+    spec = importlib.util.spec_from_file_location("notebook_runner", ROOT / "benchmarks" / "notebooks.py")
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    path = tmp_path / "99_tiny.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")]), path)
+    before = path.read_text()
+    assert runner.run(path) > 0 and path.read_text() == before  # timed, left as it was
+    runner.run(path, write=True)
+    cell = nbformat.read(path, as_version=4).cells[0]
+    assert cell.outputs[0].text == "42\n" and cell.execution_count == 1
+    assert "execution" not in cell.metadata  # no timestamps: a re-run changes only what changed

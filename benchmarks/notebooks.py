@@ -1,0 +1,71 @@
+"""Run the notebooks as the tests run them, one at a time, and print each one's run time.
+
+    python benchmarks/notebooks.py                          # every notebook; prints a table
+    python benchmarks/notebooks.py notebooks/03_attention_scoring.ipynb
+    python benchmarks/notebooks.py --write notebooks/07_transformer_in_practice.ipynb
+
+Run it in the environment the tests use, with D2LHELPERS_DATA_DIR pointing at the offline data as
+.ci/run sets it, on an otherwise idle machine (a second PyTorch process slows both down many times).
+Prints a Markdown table of wall-clock seconds per notebook, kernel start-up included.
+
+With ``--write`` each notebook is also stored in place with its new outputs: that is how a maintainer
+executes a notebook before committing it. Volatile metadata (execution timestamps) is dropped, so a
+re-run changes only what really changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import platform
+import sys
+import time
+
+import nbformat
+import torch
+from nbclient import NotebookClient
+
+KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+NOTEBOOK_DIR = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
+
+
+def run(path: pathlib.Path, write: bool = False) -> float:
+    """Execute the notebook at ``path`` top to bottom in a fresh kernel; return the seconds taken.
+    A failing cell raises nbclient's CellExecutionError, naming the cell."""
+    notebook = nbformat.read(path, as_version=4)
+    notebook.metadata["kernelspec"] = KERNELSPEC
+    client = NotebookClient(notebook, timeout=1800, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}})
+    start = time.perf_counter()
+    client.execute()
+    seconds = time.perf_counter() - start
+    if write:
+        for cell in notebook.cells:
+            cell.metadata.pop("execution", None)
+        notebook.metadata.pop("widgets", None)
+        nbformat.write(notebook, path)
+    return seconds
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="*", type=pathlib.Path,
+                        help="notebooks to run (default: every notebook of the course)")
+    parser.add_argument("--write", action="store_true",
+                        help="store each notebook in place with its new outputs")
+    args = parser.parse_args(argv)
+    paths = args.notebooks or sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+    print(f"torch {torch.__version__}, {platform.machine()}, {torch.get_num_threads()} thread(s)"
+          f"{', outputs written' if args.write else ''}\n")
+    print("| notebook | seconds |\n|---|---:|", flush=True)
+    total = 0.0
+    for path in paths:
+        seconds = run(path, write=args.write)
+        total += seconds
+        print(f"| {path.stem} | {seconds:.0f} |", flush=True)
+    print(f"| all {len(paths)} | {total:.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
