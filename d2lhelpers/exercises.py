@@ -682,14 +682,6 @@ def check_real_token_smoothing(fn: Callable, seed: int = 0) -> None:
                    "since 0 * NaN is NaN.")
 
 
-def _expand_beams(beam_log_probs, next_log_probs):
-    """The reference: the k best (beam, token) continuations of each sentence, best first."""
-    B, k, V = next_log_probs.shape
-    candidates = (beam_log_probs[..., None] + next_log_probs).reshape(B, k * V)
-    best = candidates.topk(k, dim=-1)
-    return best.values, best.indices // V, best.indices % V
-
-
 def check_expand_beams(fn: Callable, seed: int = 0) -> None:
     """fn(beam_log_probs, next_log_probs) -> (log_probs, parents, tokens), each (B, k): for every
     sentence, the k best of its k * V continuations (beam j extended by token v, with total
@@ -720,7 +712,11 @@ def check_expand_beams(fn: Callable, seed: int = 0) -> None:
         random.append(("", (beams, next_log_probs(s["B"], s["k"], s["V"]))))
     cases = [(_label(what, f"B={args[1].shape[0]}, k={args[1].shape[1]}, V={args[1].shape[2]}"), args)
              for what, args in fixed + random]
-    run_check("expand_beams", fn, cases, reference=_expand_beams,
+    from .training import _top_k_candidates  # the step of d2lh.beam_search
+
+    run_check("expand_beams", fn, cases,
+              reference=lambda beams, next_log_probs: _top_k_candidates(beams[..., None]
+                                                                        + next_log_probs),
               hint="add each beam's log-probability to its next-token log-probabilities, "
                    "(B, k, 1) + (B, k, V); flatten each sentence's candidates to (B, k * V) and take "
                    "topk(k, dim=-1) (largest first); candidate index c is beam c // V extended by "

@@ -213,13 +213,23 @@ class BeamSearchResult(NamedTuple):
     lengths: torch.Tensor
 
 
-def _check_decoding_inputs(src, src_valid_len, max_len) -> None:
+def _check_decoding_inputs(src, src_valid_len, max_len=None) -> None:
     if src.dim() != 2 or torch.as_tensor(src_valid_len).shape != (src.shape[0],):
         raise ValueError(f"src must have shape (B, T_src) and src_valid_len (B,), got src "
                          f"{tuple(src.shape)} and src_valid_len "
                          f"{tuple(torch.as_tensor(src_valid_len).shape)}")
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+    if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int)
+                                or max_len < 1):
         raise ValueError(f"max_len must be a positive int, got {max_len!r}")
+
+
+def _top_k_candidates(scores: torch.Tensor):
+    """scores (B, k, V): every beam's every continuation -> the k best of each sentence, best first,
+    as ``(values, parents, tokens)``, each (B, k): candidate c of a sentence's k*V is beam c // V
+    extended by token c % V. The step of :func:`beam_search` that notebook 07's exercise writes."""
+    B, k, V = scores.shape
+    best = scores.reshape(B, k * V).topk(k, dim=-1)  # (B, k, V) -> (B, k*V) -> (B, k)
+    return best.values, best.indices // V, best.indices % V
 
 
 def _reorder_self_caches(state, rows: torch.Tensor) -> None:
@@ -292,10 +302,9 @@ def beam_search(model, src, src_valid_len, bos: int, eos: int, max_len: int, bea
         # (B, k) lengths of the candidates: a finished beam keeps its own
         candidate_lengths = torch.where(finished, lengths, step)
         normalised = candidates / candidate_lengths[..., None].float() ** length_penalty
-        # the best k of each sentence's k*V candidates: (B, k, V) -> (B, k*V) -> (B, k)
-        best = normalised.reshape(B, k * V).topk(k, dim=-1).indices
-        parent, token = best // V, best % V  # which beam each survivor extends, with which token
-        log_probs = candidates.reshape(B, k * V).gather(1, best)
+        # the best k of each sentence's k*V candidates: which beam each extends, with which token
+        _, parent, token = _top_k_candidates(normalised)
+        log_probs = candidates.reshape(B, k * V).gather(1, parent * V + token)  # (B, k)
         lengths = candidate_lengths.gather(1, parent)
         finished = finished.gather(1, parent) | (token == eos)
         rows = (sentence_rows + parent).reshape(-1)  # (B*k,) the parents' rows in the batch
@@ -321,7 +330,7 @@ def sequence_log_prob(model, src, src_valid_len, tokens, bos: int, eos: int):
     :func:`beam_search` return them (no ``<bos>``). A row counts up to its first ``<eos>``,
     included (all T_out tokens if it has none). Returns ``(log_probs, lengths)``, both (B,).
     """
-    _check_decoding_inputs(src, src_valid_len, 1)
+    _check_decoding_inputs(src, src_valid_len)
     if tokens.dim() != 2 or tokens.shape[0] != src.shape[0]:
         raise ValueError(f"tokens must have shape (B, T_out) with B={src.shape[0]}, got "
                          f"{tuple(tokens.shape)}")
@@ -335,7 +344,7 @@ def sequence_log_prob(model, src, src_valid_len, tokens, bos: int, eos: int):
     # position of the first <eos> + 1, or T when a row never ends
     lengths = torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1) + 1, T)
     counted = torch.arange(T, device=tokens.device)[None, :] < lengths[:, None]  # (B, T)
-    return (token_log_p * counted).sum(dim=1), lengths
+    return torch.where(counted, token_log_p, 0.0).sum(dim=1), lengths  # select, never multiply
 
 
 def translate(model, data, sentences, max_len: int | None = None, batch_size: int = 256,
