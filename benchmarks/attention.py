@@ -9,12 +9,14 @@ Compares, over sequence lengths 64 .. 1024 (self-attention: T_q = T_k = T):
 2. ``d2lh.MultiHeadAttention`` against ``torch.nn.MultiheadAttention`` (``batch_first=True``,
    no bias, ``need_weights=False`` so that PyTorch may use its fused kernel), with the same weights,
    on inputs of shape (B, T, d_model).
-Both sides get a padding mask (``valid_lens`` for the course, the equivalent boolean mask for
-PyTorch), and the outputs are checked to agree before anything is timed. Each time is a median
-of ``torch.utils.benchmark.Timer.blocked_autorange`` measurements of one forward pass and the
-backward pass of ``output.sum()`` to the inputs and weights; the two sides are measured in
-alternating rounds and each keeps its fastest round, which damps the noise of a shared CPU. Prints
-a Markdown table of times and ratios (course / PyTorch) measured in the same run.
+The course's layers are timed on both of their paths: the readable one (``need_weights=True``,
+which keeps the weights for plotting) and the fast one (``need_weights=False``, what the
+Transformer trains with). Every side gets a padding mask (``valid_lens`` for the course, the
+equivalent boolean mask for PyTorch), and the outputs are checked to agree before anything is
+timed. Each time is a median of ``torch.utils.benchmark.Timer.blocked_autorange`` measurements of
+one forward pass and the backward pass of ``output.sum()`` to the inputs and weights; the sides
+are measured in alternating rounds and each keeps its fastest round, which damps the noise of a
+shared CPU. Prints a Markdown table of times and ratios (course / PyTorch) measured in one run.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ SIZE = dict(batch_size=4, d=64, d_model=128, num_heads=4)
 
 
 def padding(batch_size: int, T: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """valid_lens (B,) from T/2 to T, and the same as a boolean mask (B, 1, T): True = may be seen."""
+    """valid_lens (B,) from T/2 to T, and the same as a boolean mask (B, 1, T): True = seen."""
     valid_lens = torch.linspace(T // 2, T, batch_size).long()
     allowed = torch.arange(T)[None, :] < valid_lens[:, None]  # (B, T_k)
     return valid_lens, allowed[:, None, :]  # (B, 1, T_k) broadcasts over the T_q queries
@@ -52,11 +54,11 @@ def make_timer(forward, tensors, num_threads: int) -> benchmark.Timer:
     return benchmark.Timer(stmt="step()", globals={"step": step}, num_threads=num_threads)
 
 
-def compare(course, pytorch, num_threads: int, min_run_time: float, rounds: int):
-    """Seconds per call of both sides. Rounds alternate between them so that a burst of load from
-    other processes hits both alike; each side keeps its fastest round median."""
-    timers = make_timer(*course, num_threads), make_timer(*pytorch, num_threads)
-    best = [float("inf"), float("inf")]
+def compare(sides, num_threads: int, min_run_time: float, rounds: int):
+    """Seconds per call of each (forward, tensors) side. Rounds alternate between them so that a
+    burst of load from other processes hits all alike; each side keeps its fastest round median."""
+    timers = [make_timer(*side, num_threads) for side in sides]
+    best = [float("inf")] * len(timers)
     for _ in range(rounds):
         for i, timer in enumerate(timers):
             median = timer.blocked_autorange(min_run_time=min_run_time / rounds).median
@@ -65,20 +67,25 @@ def compare(course, pytorch, num_threads: int, min_run_time: float, rounds: int)
 
 
 def dot_product_cases(T: int, batch_size: int, d: int, **_):
-    """Two (forward, tensors) pairs computing the same masked attention, checked to agree."""
+    """Three (forward, tensors) sides computing the same masked attention, checked to agree: the
+    course's readable path, its fast path, PyTorch's."""
     q, k, v = (torch.randn(batch_size, T, d, requires_grad=True) for _ in range(3))
     valid_lens, allowed = padding(batch_size, T)
     ours = d2lh.DotProductAttention()
 
-    def course():
+    def readable():
         return ours(q, k, v, valid_lens)
+
+    def fast():
+        return ours(q, k, v, valid_lens, need_weights=False)
 
     def pytorch():
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
 
     with torch.no_grad():
-        torch.testing.assert_close(course(), pytorch(), rtol=1e-4, atol=1e-5)
-    return (course, [q, k, v]), (pytorch, [q, k, v])
+        for course in (readable, fast):
+            torch.testing.assert_close(course(), pytorch(), rtol=1e-4, atol=1e-5)
+    return [(side, [q, k, v]) for side in (readable, fast, pytorch)]
 
 
 def multihead_cases(T: int, batch_size: int, d_model: int, num_heads: int, **_):
@@ -90,15 +97,20 @@ def multihead_cases(T: int, batch_size: int, d_model: int, num_heads: int, **_):
         ours, nn.MultiheadAttention(d_model, num_heads, bias=False, batch_first=True))
     key_padding_mask = ~allowed[:, 0, :]  # (B, T_k), PyTorch's convention: True = ignore
 
-    def course():
+    def readable():
         return ours(X, X, X, valid_lens)
+
+    def fast():
+        return ours(X, X, X, valid_lens, need_weights=False)
 
     def pytorch():
         return theirs(X, X, X, key_padding_mask=key_padding_mask, need_weights=False)[0]
 
     with torch.no_grad():
-        torch.testing.assert_close(course(), pytorch(), rtol=1e-4, atol=1e-5)
-    return (course, [X, *ours.parameters()]), (pytorch, [X, *theirs.parameters()])
+        for course in (readable, fast):
+            torch.testing.assert_close(course(), pytorch(), rtol=1e-4, atol=1e-5)
+    return [(readable, [X, *ours.parameters()]), (fast, [X, *ours.parameters()]),
+            (pytorch, [X, *theirs.parameters()])]
 
 
 def main(argv=None) -> int:
@@ -119,16 +131,18 @@ def main(argv=None) -> int:
           f"alternating round medians); "
           f"B={SIZE['batch_size']}, d={SIZE['d']} (dot product), d_model={SIZE['d_model']}, "
           f"h={SIZE['num_heads']} (multi-head); a padding mask of lengths T/2 .. T\n")
-    print("| T | `DotProductAttention` (ms) | `scaled_dot_product_attention` (ms) | ratio "
-          "| `MultiHeadAttention` (ms) | `nn.MultiheadAttention` (ms) | ratio |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
-    for T in args.lengths:
-        cells = [str(T)]
-        for make_cases in (dot_product_cases, multihead_cases):
-            course, pytorch = make_cases(T, **SIZE)
-            ours, theirs = compare(course, pytorch, args.threads, args.min_run_time, args.rounds)
-            cells += [f"{1e3 * ours:.2f}", f"{1e3 * theirs:.2f}", f"{ours / theirs:.2f}"]
-        print("| " + " | ".join(cells) + " |", flush=True)
+    for name, theirs_name, make_cases in (
+            ("DotProductAttention", "scaled_dot_product_attention", dot_product_cases),
+            ("MultiHeadAttention", "nn.MultiheadAttention", multihead_cases)):
+        print(f"\n`{name}` against `{theirs_name}`:\n")
+        print("| T | readable (ms) | fast (ms) | PyTorch (ms) | readable / PyTorch "
+              "| fast / PyTorch |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        for T in args.lengths:
+            readable, fast, theirs = compare(make_cases(T, **SIZE), args.threads,
+                                             args.min_run_time, args.rounds)
+            print(f"| {T} | {1e3 * readable:.2f} | {1e3 * fast:.2f} | {1e3 * theirs:.2f} "
+                  f"| {readable / theirs:.2f} | {fast / theirs:.2f} |", flush=True)
     return 0
 
 

@@ -1,66 +1,81 @@
 """d2lhelpers: the companion package of the course on attention and Transformers.
 
-In notebooks: ``import d2lhelpers as d2lh``. Each public name lives in the module of its concern;
-modules load on first use so that ``import d2lhelpers`` stays quick (matplotlib, for instance, is
-imported only when something is plotted).
+In notebooks: ``import d2lhelpers as d2lh``. Each public name lives in the module of its concern
+and is imported here by name, so that editors and type checkers see them all:
+
+- ``basics``: seeds, devices, a timer;
+- ``plotting``: curves, attention heatmaps, a live training plot (the only module using matplotlib);
+- ``attention``: masks, masked softmax, the scoring functions, multi-head attention, the
+  key-value cache;
+- ``positional``: the sinusoidal positional encoding;
+- ``transformer``: the encoder-decoder Transformer, block by block;
+- ``data``: the English-French pairs, vocabularies and batches;
+- ``training``: the masked loss, the warm-up schedule, the training loop;
+- ``decoding``: greedy decoding, beam search, translation and held-out BLEU;
+- ``bleu``: BLEU, the teaching formula and the corpus score we report;
+- ``exercises``: the checks of the notebooks' coding exercises (``d2lh.exercises.check_...``).
 """
 
-from __future__ import annotations
-
-import importlib
+from . import exercises
+from .attention import (
+    AdditiveAttention,
+    DotProductAttention,
+    KVCache,
+    MultiHeadAttention,
+    check_valid_lens,
+    fused_attention,
+    masked_softmax,
+    sequence_mask,
+    valid_lens_to_mask,
+)
+from .basics import Timer, check_int, choose_device, offset_seed, set_seed
+from .bleu import corpus_bleu, sentence_bleu
+from .data import (
+    FRA_ENG_SHA1,
+    FRA_ENG_URL,
+    Batch,
+    TranslationData,
+    Vocab,
+    data_dir,
+    fra_eng_path,
+    load_translation_data,
+    normalize,
+    read_pairs,
+    split_held_out,
+    tokenize,
+    truncate_pad,
+)
+from .decoding import (
+    BeamSearchResult,
+    beam_search,
+    greedy_decode,
+    held_out_bleu,
+    select_beams,
+    sequence_log_prob,
+    translate,
+)
+from .plotting import (
+    LivePlot,
+    live_loss_plot,
+    plot,
+    set_figsize,
+    show_heatmaps,
+    use_png_display,
+    use_svg_display,
+)
+from .positional import PositionalEncoding
+from .training import TrainingReport, masked_cross_entropy, train_seq2seq, transformer_lr
+from .transformer import (
+    AddNorm,
+    DecoderBlock,
+    DecoderState,
+    EncoderBlock,
+    PositionwiseFFN,
+    Transformer,
+    TransformerDecoder,
+    TransformerEncoder,
+    causal_valid_lens,
+    copy_to_torch_layer,
+)
 
 __version__ = "0.1.0"
-
-# public name -> module that defines it
-_EXPORTS = {
-    # basics
-    "set_seed": "basics", "choose_device": "basics", "Timer": "basics",
-    # plotting
-    "use_svg_display": "plotting", "use_png_display": "plotting", "set_figsize": "plotting",
-    "plot": "plotting", "show_heatmaps": "plotting", "LivePlot": "plotting",
-    # attention
-    "check_valid_lens": "attention", "valid_lens_to_mask": "attention",
-    "masked_softmax": "attention", "DotProductAttention": "attention",
-    "AdditiveAttention": "attention", "KVCache": "attention", "MultiHeadAttention": "attention",
-    # positional encoding
-    "PositionalEncoding": "positional",
-    # transformer
-    "PositionwiseFFN": "transformer", "AddNorm": "transformer", "EncoderBlock": "transformer",
-    "TransformerEncoder": "transformer", "DecoderBlock": "transformer",
-    "DecoderState": "transformer", "TransformerDecoder": "transformer",
-    "Transformer": "transformer", "causal_valid_lens": "transformer",
-    "copy_to_torch_layer": "transformer",
-    # training and decoding
-    "masked_cross_entropy": "training", "TrainingReport": "training",
-    "train_seq2seq": "training", "greedy_decode": "training", "translate": "training",
-    "held_out_bleu": "training", "transformer_lr": "training", "BeamSearchResult": "training",
-    "beam_search": "training", "sequence_log_prob": "training",
-    # data
-    "data_dir": "data", "FRA_ENG_URL": "data", "FRA_ENG_SHA1": "data", "fra_eng_path": "data",
-    "read_pairs": "data", "normalize": "data", "tokenize": "data", "Vocab": "data",
-    "truncate_pad": "data", "split_held_out": "data", "TranslationData": "data",
-    "load_translation_data": "data",
-    # bleu
-    "sentence_bleu": "bleu", "corpus_bleu": "bleu",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-# modules reachable as attributes, e.g. d2lh.exercises.check_masked_softmax
-_SUBMODULES = {"basics", "plotting", "attention", "positional", "transformer", "data", "training",
-               "bleu", "exercises"}
-
-
-def __getattr__(name: str):
-    if name in _SUBMODULES:
-        return importlib.import_module(f".{name}", __name__)
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
-        globals()[name] = value  # later look-ups skip this function
-        return value
-    raise AttributeError(f"module 'd2lhelpers' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS) | _SUBMODULES)

@@ -2,22 +2,51 @@
 
 from __future__ import annotations
 
+import os
 import random
 import time
 
 import numpy as np
 import torch
 
-__all__ = ["set_seed", "choose_device", "Timer"]
+__all__ = ["set_seed", "offset_seed", "choose_device", "Timer", "check_int"]
 
 
-def set_seed(seed: int = 0) -> None:
-    """Seed Python's, NumPy's and PyTorch's random generators (all devices) with ``seed``."""
-    if not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+def check_int(value, name: str, minimum: int = 1) -> int:
+    """Return ``value`` if it is an int (not a bool) of at least ``minimum``; otherwise raise a
+    ``ValueError`` naming the argument and the value seen."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        kind = {0: "a non-negative int", 1: "a positive int"}.get(minimum, f"an int >= {minimum}")
+        raise ValueError(f"{name} must be {kind}, got {value!r}")
+    return value
+
+
+SEED_OFFSET_VARIABLE = "D2LHELPERS_SEED_OFFSET"
+
+
+def offset_seed(seed: int) -> int:
+    """``seed`` plus the environment variable ``D2LHELPERS_SEED_OFFSET`` (0 when it is not set).
+
+    Every seed of the course goes through it (:func:`set_seed`, the order of training batches), so
+    that ``benchmarks/robustness.py`` can rerun a whole notebook with other random draws and check
+    that its claims do not hold for one lucky seed only.
+    """
+    check_int(seed, "seed", minimum=0)
+    offset = os.environ.get(SEED_OFFSET_VARIABLE, "0")
+    if not offset.isdigit():
+        raise ValueError(f"${SEED_OFFSET_VARIABLE} must be a non-negative whole number, got {offset!r}")
+    return seed + int(offset)
+
+
+def set_seed(seed: int = 0) -> int:
+    """Seed Python's, NumPy's and PyTorch's random generators (all devices) with
+    :func:`offset_seed` ``(seed)``, which is ``seed`` unless a robustness run sets an offset;
+    return the seed used."""
+    seed = offset_seed(seed)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device
+    return seed
 
 
 def choose_device() -> torch.device:

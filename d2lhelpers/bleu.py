@@ -15,6 +15,8 @@ import collections
 import math
 from collections.abc import Sequence
 
+from .basics import check_int
+
 __all__ = ["sentence_bleu", "corpus_bleu"]
 
 
@@ -48,8 +50,7 @@ def sentence_bleu(pred_tokens, label_tokens, k: int = 4) -> float:
     An empty prediction scores 0.0. A label shorter than n while the prediction is not gives
     p_n = 0, hence 0.0. The result lies in [0, 1], and is 1.0 when the prediction equals the label.
     """
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be a positive int, got {k!r}")
+    check_int(k, "k")
     pred = _as_tokens(pred_tokens, "pred_tokens")
     label = _as_tokens(label_tokens, "label_tokens")
     len_pred, len_label = len(pred), len(label)

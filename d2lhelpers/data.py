@@ -42,7 +42,11 @@ import zipfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from typing import NamedTuple
+
 import torch
+
+from .basics import check_int, offset_seed
 
 __all__ = [
     "data_dir",
@@ -55,6 +59,7 @@ __all__ = [
     "Vocab",
     "truncate_pad",
     "split_held_out",
+    "Batch",
     "TranslationData",
     "load_translation_data",
 ]
@@ -185,10 +190,8 @@ def read_pairs(path, num_lines: int | None = None) -> list[tuple[str, str]]:
     only the first two fields are kept. Blank lines at the end of the file are ignored; any other
     line without a tab raises ``ValueError`` naming the file and the line number (counted from 1).
     """
-    if num_lines is not None and (
-        isinstance(num_lines, bool) or not isinstance(num_lines, int) or num_lines < 1
-    ):
-        raise ValueError(f"num_lines must be a positive int or None, got {num_lines!r}")
+    if num_lines is not None:
+        check_int(num_lines, "num_lines")
     path = Path(path)
     pairs: list[tuple[str, str]] = []
     blank_lines: list[int] = []  # blank lines seen since the last pair: fine only at the end
@@ -259,8 +262,7 @@ class Vocab:
 
     def __init__(self, tokens_or_sentences: Iterable = (), min_freq: int = 1,
                  reserved_tokens: Sequence[str] = ()) -> None:
-        if isinstance(min_freq, bool) or not isinstance(min_freq, int) or min_freq < 0:
-            raise ValueError(f"min_freq must be a non-negative int, got {min_freq!r}")
+        check_int(min_freq, "min_freq", minimum=0)
         if isinstance(tokens_or_sentences, str):
             raise ValueError(
                 "tokens_or_sentences must be a list of tokens or of token lists, got a single "
@@ -312,14 +314,33 @@ class Vocab:
         """Index of ``<unk>``: 0."""
         return 0
 
+    def _reserved(self, token: str) -> int:
+        if token not in self.token_to_idx:
+            raise ValueError(f"this vocabulary has no {token!r}: give it in reserved_tokens")
+        return self.token_to_idx[token]
+
+    @property
+    def pad(self) -> int:
+        """Index of ``<pad>``, which fills sequences up to a common length."""
+        return self._reserved(PAD)
+
+    @property
+    def bos(self) -> int:
+        """Index of ``<bos>``, the decoder's first input."""
+        return self._reserved(BOS)
+
+    @property
+    def eos(self) -> int:
+        """Index of ``<eos>``, which ends every sentence."""
+        return self._reserved(EOS)
+
     def __repr__(self) -> str:
         return f"Vocab(size={len(self)}, first={self.idx_to_token[:8]})"
 
 
 def truncate_pad(indices: Sequence[int], num_steps: int, pad_index: int) -> list[int]:
     """``indices`` cut to ``num_steps`` items, or padded to that length with ``pad_index``."""
-    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
-        raise ValueError(f"num_steps must be a positive int, got {num_steps!r}")
+    check_int(num_steps, "num_steps")
     indices = list(indices[:num_steps])
     return indices + [pad_index] * (num_steps - len(indices))
 
@@ -339,8 +360,7 @@ def split_held_out(pairs: Sequence[tuple[str, str]], num_held_out: int, seed: in
     held-out source appears in ``train_pairs``, with any translation. The choice depends only on
     ``seed`` and the pairs.
     """
-    if isinstance(num_held_out, bool) or not isinstance(num_held_out, int) or num_held_out < 0:
-        raise ValueError(f"num_held_out must be a non-negative int, got {num_held_out!r}")
+    check_int(num_held_out, "num_held_out", minimum=0)
     normalised = [(normalize(src), normalize(tgt)) for src, tgt in pairs]
     sources = list(dict.fromkeys(src for src, _ in normalised))  # distinct, in order of appearance
     if num_held_out > len(sources):
@@ -364,6 +384,45 @@ def split_held_out(pairs: Sequence[tuple[str, str]], num_held_out: int, seed: in
 # --------------------------------------------------------------------------------------------------
 
 
+class Batch(NamedTuple):
+    """A batch of sentence pairs for teacher forcing; shapes (B, T), (B,), (B, T), (B, T), (B,).
+
+    src: source indices; src_valid_len: their non-pad counts; dec_input: the decoder's input,
+    ``<bos>`` then the target shifted right; tgt: the target indices to predict; tgt_valid_len:
+    their non-pad counts."""
+
+    src: torch.Tensor
+    src_valid_len: torch.Tensor
+    dec_input: torch.Tensor
+    tgt: torch.Tensor
+    tgt_valid_len: torch.Tensor
+
+    def to(self, device) -> Batch:
+        """The same batch on ``device``."""
+        return Batch(*(t.to(device) for t in self))
+
+
+class BatchLoader:
+    """Iterates over rows of the given tensors in batches of :class:`Batch`, in a new random order
+    each time it is iterated (each epoch) when ``shuffle``; the orders repeat from run to run,
+    being drawn from a generator seeded once with ``seed``."""
+
+    def __init__(self, tensors: Sequence[torch.Tensor], batch_size: int, shuffle: bool, seed: int):
+        self.tensors, self.batch_size, self.shuffle = tensors, batch_size, shuffle
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __len__(self) -> int:
+        """Number of batches per epoch (the last one may be smaller)."""
+        return -(-len(self.tensors[0]) // self.batch_size)
+
+    def __iter__(self):
+        n = len(self.tensors[0])
+        order = torch.randperm(n, generator=self.generator) if self.shuffle else torch.arange(n)
+        for start in range(0, n, self.batch_size):
+            rows = order[start:start + self.batch_size]
+            yield Batch(*(t[rows] for t in self.tensors))
+
+
 class TranslationData:
     """Training pairs as tensors, their vocabularies, and the held-out sentences.
 
@@ -383,10 +442,8 @@ class TranslationData:
     def __init__(self, train_pairs: Sequence[tuple[str, str]],
                  held_out: dict[str, list[str]] | None = None, *, batch_size: int = 128,
                  num_steps: int = 10, min_freq: int = 2, seed: int = 0) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 2:
-            raise ValueError(f"num_steps must be an int >= 2, got {num_steps!r}")
+        check_int(batch_size, "batch_size")
+        check_int(num_steps, "num_steps", minimum=2)
         if not train_pairs:
             raise ValueError("train_pairs is empty")
         self.train_pairs = list(train_pairs)
@@ -399,12 +456,12 @@ class TranslationData:
         self.tgt_vocab = Vocab(tgt_sentences, min_freq=min_freq, reserved_tokens=reserved)
         self.src, self.src_valid_len = self._tensorise(src_sentences, self.src_vocab)
         self.tgt, self.tgt_valid_len = self._tensorise(tgt_sentences, self.tgt_vocab)
-        bos = torch.full((len(self.tgt), 1), self.tgt_vocab[BOS], dtype=torch.long)
+        bos = torch.full((len(self.tgt), 1), self.tgt_vocab.bos, dtype=torch.long)
         self.dec_input = torch.cat([bos, self.tgt[:, :-1]], dim=1)  # shift right by one step
 
     def _tensorise(self, sentences: list[list[str]], vocab: Vocab):
         """(N, T) indices with ``<eos>`` appended then truncated/padded, and (N,) valid lengths."""
-        pad, eos, index = vocab[PAD], vocab[EOS], vocab.token_to_idx.get
+        pad, eos, index = vocab.pad, vocab.eos, vocab.token_to_idx.get
         rows = [
             truncate_pad([index(token, vocab.unk) for token in tokens] + [eos], self.num_steps, pad)
             for tokens in sentences
@@ -416,20 +473,16 @@ class TranslationData:
         """Number of training pairs."""
         return len(self.train_pairs)
 
-    def train_loader(self, batch_size: int | None = None, shuffle: bool = True):
-        """A ``torch.utils.data.DataLoader`` over the training pairs.
+    def train_loader(self, batch_size: int | None = None, shuffle: bool = True) -> BatchLoader:
+        """The training pairs in batches of ``batch_size`` (default ``self.batch_size``), each a
+        :class:`Batch` with shapes (B, T), (B,), (B, T), (B, T), (B,).
 
-        Each batch is ``(src, src_valid_len, dec_input, tgt, tgt_valid_len)`` with shapes
-        (B, T), (B,), (B, T), (B, T), (B,). Shuffled with a generator seeded with ``self.seed``: the
-        sequence of epochs is the same on every run, each epoch in a different order.
+        Shuffled, each epoch in a new order, by a generator seeded with ``self.seed`` (plus the
+        seed offset of a robustness run, see :func:`~d2lhelpers.basics.offset_seed`): the sequence
+        of epochs is the same on every run.
         """
-        generator = torch.Generator().manual_seed(self.seed)
-        dataset = torch.utils.data.TensorDataset(
-            self.src, self.src_valid_len, self.dec_input, self.tgt, self.tgt_valid_len
-        )
-        return torch.utils.data.DataLoader(
-            dataset, batch_size=batch_size or self.batch_size, shuffle=shuffle, generator=generator
-        )
+        return BatchLoader([self.src, self.src_valid_len, self.dec_input, self.tgt, self.tgt_valid_len],
+                           batch_size or self.batch_size, shuffle, offset_seed(self.seed))
 
     def encode_source(self, sentences):
         """Source tensor and valid lengths for one sentence (a str) or a list of sentences.

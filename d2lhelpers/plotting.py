@@ -14,7 +14,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-__all__ = ["use_svg_display", "use_png_display", "set_figsize", "plot", "show_heatmaps", "LivePlot"]
+__all__ = ["use_svg_display", "use_png_display", "set_figsize", "plot", "show_heatmaps", "LivePlot",
+           "live_loss_plot"]
 
 
 def _set_inline_formats(*formats: str, **kwargs) -> None:
@@ -198,3 +199,15 @@ class LivePlot:
             self._handle = display(self._fig, display_id=True)
         else:
             self._handle.update(self._fig)
+
+
+def live_loss_plot(yscale: str = "linear"):
+    """A callback for ``train_seq2seq(..., on_epoch_end=live_loss_plot())``: after every epoch it
+    adds the epoch's mean training loss to a :class:`LivePlot` (redrawn in Jupyter, a printed line
+    elsewhere)."""
+    live = LivePlot(xlabel="epoch", legend=["training loss"], ylabel="loss", yscale=yscale)
+
+    def add_epoch(report) -> None:
+        live.add(len(report.epoch_losses), [report.epoch_losses[-1]])
+
+    return add_epoch

@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .basics import check_int
+
 __all__ = ["PositionalEncoding"]
 
 
@@ -48,9 +50,8 @@ class PositionalEncoding(nn.Module):
 
     def __init__(self, d_model: int, dropout: float = 0.0, max_len: int = 1000) -> None:
         super().__init__()
-        for name, value in (("d_model", d_model), ("max_len", max_len)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_int(d_model, "d_model")
+        check_int(max_len, "max_len")
         self.d_model, self.max_len = d_model, max_len
         self.dropout = nn.Dropout(dropout)
         self.register_buffer("P", _sinusoid_table(max_len, d_model)[None], persistent=False)
@@ -64,8 +65,7 @@ class PositionalEncoding(nn.Module):
         if not isinstance(X, torch.Tensor) or X.dim() != 3 or X.shape[-1] != self.d_model:
             shape = tuple(X.shape) if isinstance(X, torch.Tensor) else type(X).__name__
             raise ValueError(f"X must have shape (B, T, d_model={self.d_model}), got {shape}")
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"offset must be a non-negative int, got {offset!r}")
+        check_int(offset, "offset", minimum=0)
         T = X.shape[1]
         if offset + T > self.max_len:
             raise ValueError(

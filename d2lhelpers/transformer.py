@@ -9,12 +9,12 @@ length 1, 2, ..., T_tgt. Taught in notebook 06_transformer.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from .attention import KVCache, MultiHeadAttention
+from .attention import KVCache, MultiHeadAttention, check_valid_lens
 from .positional import PositionalEncoding
 
 __all__ = [
@@ -76,6 +76,8 @@ class EncoderBlock(nn.Module):
     """Multi-head self-attention, then the FFN, each wrapped in add & norm.
 
     X: (B, T_src, d_model), valid_lens: None or (B,) source lengths. Returns (B, T_src, d_model).
+    ``need_weights=True`` keeps the attention weights (readable path) in
+    ``.self_attention.attention_weights``; by default the fast path runs.
     """
 
     def __init__(self, d_model, num_heads, ffn_hidden, dropout=0.0, norm_first=False) -> None:
@@ -85,8 +87,15 @@ class EncoderBlock(nn.Module):
         self.ffn = PositionwiseFFN(d_model, ffn_hidden, dropout)
         self.add_norm2 = AddNorm(d_model, dropout, norm_first)
 
-    def forward(self, X, valid_lens=None):
-        X = self.add_norm1(X, lambda x: self.self_attention(x, x, x, valid_lens))
+    def forward(self, X, valid_lens=None, need_weights: bool = False):
+        valid_lens = _check_lengths("valid_lens", valid_lens, X.shape[0], X.shape[1], X.device,
+                                    check_range=False)
+        attention = self.self_attention
+
+        def self_attend(x):  # queries, keys and values: the same positions
+            return attention.attend(x, attention.project_keys_values(x, x), valid_lens, need_weights)
+
+        X = self.add_norm1(X, self_attend)
         return self.add_norm2(X, self.ffn)
 
 
@@ -108,11 +117,28 @@ class _Embedding(nn.Module):
         return self.positional_encoding(self.embedding(tokens) * math.sqrt(self.d_model), offset)
 
 
+def _check_lengths(name: str, valid_lens, batch_size: int, max_len: int, device,
+                   check_range: bool = True):
+    """Source lengths (B,) as a tensor on ``device``, checked where they enter: their shape always,
+    their range (which reads the values: a device synchronisation on a GPU) only at a stack's
+    door. A block trusts the range, so that a stack of N blocks checks once, not N + 1 times."""
+    if valid_lens is None:
+        return None
+    valid_lens = torch.as_tensor(valid_lens)
+    if valid_lens.shape != (batch_size,) or valid_lens.is_floating_point() or valid_lens.dtype == torch.bool:
+        raise ValueError(f"{name} must be whole numbers of shape (B,)=({batch_size},), got "
+                         f"{valid_lens.dtype} of shape {tuple(valid_lens.shape)}")
+    if check_range:
+        check_valid_lens(valid_lens, batch_size, 1, max_len)
+    return valid_lens.to(device)
+
+
 class TransformerEncoder(nn.Module):
     """Embedding + positional encoding, then ``num_layers`` encoder blocks.
 
     tokens: (B, T_src) indices, valid_lens: None or (B,). Returns (B, T_src, d_model).
-    ``.attention_weights``: one (B, h, T_src, T_src) tensor per block, from the last call.
+    With ``need_weights=True``, ``.attention_weights`` holds one (B, h, T_src, T_src) tensor per
+    block, from that call.
     """
 
     def __init__(self, vocab_size, d_model, num_heads, ffn_hidden, num_layers, dropout=0.0,
@@ -124,25 +150,29 @@ class TransformerEncoder(nn.Module):
         # pre-norm leaves the last block's output unnormalised: normalise it once at the end
         self.final_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
 
-    def forward(self, tokens, valid_lens=None):
+    def forward(self, tokens, valid_lens=None, need_weights: bool = False):
         X = self.embed(tokens)
+        valid_lens = _check_lengths("valid_lens", valid_lens, *tokens.shape, X.device)
         for block in self.blocks:
-            X = block(X, valid_lens)
+            X = block(X, valid_lens, need_weights)
         return self.final_norm(X)
 
     @property
-    def attention_weights(self) -> list[torch.Tensor]:
+    def attention_weights(self) -> list[torch.Tensor | None]:
         return [block.self_attention.attention_weights for block in self.blocks]
 
 
 class DecoderBlock(nn.Module):
     """Masked self-attention, encoder-decoder attention, then the FFN, each in add & norm.
 
-    X: (B, T_tgt, d_model) target positions; enc_outputs: (B, T_src, d_model); enc_valid_lens: None
-    or (B,). Training: call without caches; position i attends to positions 0..i only. Decoding:
-    pass this block's two caches; X then holds only the new positions, whose keys and values are
-    appended to ``self_cache``, and the encoder outputs are projected once into ``cross_cache``.
-    Returns (B, T_tgt, d_model).
+    Training (teacher forcing), ``forward``: X (B, T_tgt, d_model) holds every target position;
+    position i attends to positions 0..i only. enc_outputs: (B, T_src, d_model); enc_valid_lens:
+    None or (B,). Returns (B, T_tgt, d_model).
+
+    Decoding, ``step``: X holds only the new positions. Their keys and values are appended to
+    ``self_cache``, and they attend to every cached position; ``cross_cache`` holds the encoder
+    outputs projected once (:meth:`MultiHeadAttention.project_keys_values`). Training is one step
+    from an empty ``self_cache``, so the two compute the same function.
     """
 
     def __init__(self, d_model, num_heads, ffn_hidden, dropout=0.0, norm_first=False) -> None:
@@ -154,49 +184,66 @@ class DecoderBlock(nn.Module):
         self.ffn = PositionwiseFFN(d_model, ffn_hidden, dropout)
         self.add_norm3 = AddNorm(d_model, dropout, norm_first)
 
-    def forward(self, X, enc_outputs, enc_valid_lens=None, self_cache: KVCache | None = None,
-                cross_cache: KVCache | None = None):
-        B, T, _ = X.shape
-        offset = len(self_cache) if self_cache is not None else 0
-        causal = causal_valid_lens(B, T, offset, X.device)  # (B, T_tgt)
-        X = self.add_norm1(X, lambda x: self.self_attention(x, x, x, causal, cache=self_cache))
-        if cross_cache is None:
-            def cross(x):
-                return self.cross_attention(x, enc_outputs, enc_outputs, enc_valid_lens)
-        else:
-            if len(cross_cache) == 0:  # first step: project the encoder outputs once
-                filled = self.cross_attention.project_keys_values(enc_outputs, enc_outputs)
-                cross_cache.keys, cross_cache.values = filled.keys, filled.values
+    def forward(self, X, enc_outputs, enc_valid_lens=None, need_weights: bool = False):
+        enc_valid_lens = _check_lengths("enc_valid_lens", enc_valid_lens, *enc_outputs.shape[:2],
+                                        X.device, check_range=False)
+        cross_cache = self.cross_attention.project_keys_values(enc_outputs, enc_outputs)
+        return self.step(X, KVCache(), cross_cache, enc_valid_lens, need_weights)
 
-            def cross(x):
-                return self.cross_attention(x, None, None, enc_valid_lens, cache=cross_cache)
-        X = self.add_norm2(X, cross)
+    def step(self, X, self_cache: KVCache, cross_cache: KVCache, enc_valid_lens=None,
+             need_weights: bool = False):
+        B, T, _ = X.shape
+        causal = causal_valid_lens(B, T, len(self_cache), X.device)  # (B, T): 1 + offset .. T + offset
+
+        def masked_self_attend(x):  # the new positions join the cache, then attend to all of it
+            self_cache.append(self.self_attention.project_keys_values(x, x))
+            return self.self_attention.attend(x, self_cache, causal, need_weights)
+
+        def cross_attend(x):  # queries from the decoder, keys and values from the encoder
+            return self.cross_attention.attend(x, cross_cache, enc_valid_lens, need_weights)
+
+        X = self.add_norm1(X, masked_self_attend)
+        X = self.add_norm2(X, cross_attend)
         return self.add_norm3(X, self.ffn)
 
 
 @dataclass
 class DecoderState:
-    """What a decoder keeps between decoding steps: the encoder outputs and, per block, the
-    key-value caches of its self-attention and its encoder-decoder attention."""
+    """What a Transformer decoder keeps between decoding steps: the source lengths and, per block,
+    the key-value caches of its self-attention (growing by each new position) and of its
+    encoder-decoder attention (the projected encoder outputs, filled once by
+    :meth:`TransformerDecoder.init_state`)."""
 
-    enc_outputs: torch.Tensor
     enc_valid_lens: torch.Tensor | None
-    self_caches: list[KVCache] = field(default_factory=list)
-    cross_caches: list[KVCache] = field(default_factory=list)
+    self_caches: list[KVCache]
+    cross_caches: list[KVCache]
 
     @property
     def num_decoded(self) -> int:
         """Positions fed to the decoder so far (the length of every self-attention cache)."""
         return len(self.self_caches[0]) if self.self_caches else 0
 
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Keep the rows ``rows`` (B_new,) of the batch, in that order, in every cache: row r
+        becomes old row ``rows[r]``. Beam search uses it to give each beam its parent's caches
+        (and, at the start, to repeat each sentence's state for its k beams)."""
+        for cache in self.self_caches + self.cross_caches:
+            cache.reorder(rows)
+        if self.enc_valid_lens is not None:
+            self.enc_valid_lens = self.enc_valid_lens[rows]
+
 
 class TransformerDecoder(nn.Module):
     """Embedding + positional encoding, ``num_layers`` decoder blocks, then a linear layer to
     vocabulary scores.
 
-    tokens: (B, T_tgt) target indices (shifted right: <bos> first). Returns logits (B, T_tgt, V).
-    ``.attention_weights``: per block, a pair (self-attention (B, h, T_tgt, T_tgt_seen),
-    encoder-decoder attention (B, h, T_tgt, T_src)) from the last call.
+    ``forward(tokens, enc_outputs, enc_valid_lens)``, teacher forcing: tokens (B, T_tgt) target
+    indices (shifted right: <bos> first) -> logits (B, T_tgt, V).
+    Decoding: ``state = init_state(enc_outputs, enc_valid_lens)``, then ``step(tokens, state)`` for
+    each batch of new positions (B, T_new) -> their logits (B, T_new, V); the caches in ``state``
+    grow by T_new. Teacher forcing is one step from a fresh state.
+    With ``need_weights=True``, ``.attention_weights`` holds per block a pair (self-attention
+    (B, h, T_new, T_seen), encoder-decoder attention (B, h, T_new, T_src)) from that call.
     """
 
     def __init__(self, vocab_size, d_model, num_heads, ffn_hidden, num_layers, dropout=0.0,
@@ -209,23 +256,32 @@ class TransformerDecoder(nn.Module):
         self.output = nn.Linear(d_model, vocab_size)
 
     def init_state(self, enc_outputs, enc_valid_lens=None) -> DecoderState:
-        """An empty cache for decoding step by step after the encoder has run."""
-        n = len(self.blocks)
-        return DecoderState(enc_outputs, enc_valid_lens, [KVCache() for _ in range(n)],
-                            [KVCache() for _ in range(n)])
+        """The state before the first decoding step: empty self-attention caches, and the encoder
+        outputs (B, T_src, d_model) projected once into every block's encoder-decoder cache."""
+        if enc_outputs.dim() != 3:
+            raise ValueError(f"enc_outputs must have shape (B, T_src, d_model), got "
+                             f"{tuple(enc_outputs.shape)}")
+        B, T_src, _ = enc_outputs.shape
+        enc_valid_lens = _check_lengths("enc_valid_lens", enc_valid_lens, B, T_src, enc_outputs.device)
+        return DecoderState(
+            enc_valid_lens, [KVCache() for _ in self.blocks],
+            [block.cross_attention.project_keys_values(enc_outputs, enc_outputs)
+             for block in self.blocks])
 
-    def forward(self, tokens, enc_outputs, enc_valid_lens=None, state: DecoderState | None = None):
-        """Without ``state``: every target position at once (teacher forcing).
-        With ``state``: only the new positions; the caches in ``state`` grow by ``T_tgt``."""
-        offset = state.num_decoded if state is not None else 0
-        X = self.embed(tokens, offset)
-        for i, block in enumerate(self.blocks):
-            caches = (state.self_caches[i], state.cross_caches[i]) if state is not None else (None, None)
-            X = block(X, enc_outputs, enc_valid_lens, *caches)
+    def step(self, tokens, state: DecoderState, need_weights: bool = False):
+        """Feed new positions (B, T_new) after the ``state.num_decoded`` positions already seen;
+        return their logits (B, T_new, V)."""
+        X = self.embed(tokens, state.num_decoded)  # the new positions' places in the sequence
+        for block, self_cache, cross_cache in zip(self.blocks, state.self_caches,
+                                                  state.cross_caches):
+            X = block.step(X, self_cache, cross_cache, state.enc_valid_lens, need_weights)
         return self.output(self.final_norm(X))
 
+    def forward(self, tokens, enc_outputs, enc_valid_lens=None, need_weights: bool = False):
+        return self.step(tokens, self.init_state(enc_outputs, enc_valid_lens), need_weights)
+
     @property
-    def attention_weights(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def attention_weights(self) -> list[tuple[torch.Tensor | None, torch.Tensor | None]]:
         return [(b.self_attention.attention_weights, b.cross_attention.attention_weights)
                 for b in self.blocks]
 
@@ -234,7 +290,9 @@ class Transformer(nn.Module):
     """The encoder-decoder Transformer for sequence-to-sequence tasks such as translation.
 
     forward(src (B, T_src), src_valid_lens (B,), tgt_input (B, T_tgt)) -> logits (B, T_tgt, V_tgt).
-    ``norm_first=False`` is the paper's post-norm; ``True`` gives pre-norm.
+    ``norm_first=False`` is the paper's post-norm; ``True`` gives pre-norm. ``need_weights=True``
+    runs the readable attention and keeps every head's weights (``.encoder.attention_weights``,
+    ``.decoder.attention_weights``); by default the fast path runs.
     """
 
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 64,
@@ -246,9 +304,9 @@ class Transformer(nn.Module):
         self.decoder = TransformerDecoder(tgt_vocab_size, d_model, num_heads, ffn_hidden,
                                           num_layers, dropout, norm_first, max_len)
 
-    def forward(self, src, src_valid_lens, tgt_input):
-        enc_outputs = self.encoder(src, src_valid_lens)
-        return self.decoder(tgt_input, enc_outputs, src_valid_lens)
+    def forward(self, src, src_valid_lens, tgt_input, need_weights: bool = False):
+        enc_outputs = self.encoder(src, src_valid_lens, need_weights)
+        return self.decoder(tgt_input, enc_outputs, src_valid_lens, need_weights)
 
 
 def _copy_attention(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:

@@ -304,3 +304,86 @@ def test_width_mismatches_are_named():
            torch.randn(2, 3, 5), torch.randn(2, 5, 3), torch.randn(2, 5, 1))
     raises(r"keys must have width 3, got shape \(2, 5, 4\)", layer,
            torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 1))
+
+
+# ------------------------------------------------------------------------------------------------
+# The fast path (fused_attention, need_weights=False) against the readable path, in float64:
+# the same outputs and the same gradients, for every mask form, rows with valid length 0 included.
+
+
+@st.composite
+def qkv_and_lens(draw):
+    """queries (B, T_q, d), keys (B, T_k, d), values (B, T_k, d_v) in float64, and valid lengths of
+    every form: None, (B,) or (B, T_q), with zeros."""
+    scores, lens = draw(scores_and_lens(dtype=torch.float64, max_magnitude=3.0))
+    B, T_q, T_k = scores.shape
+    d, d_v = draw(st.integers(1, 8)), draw(st.integers(1, 5))
+    generator = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+
+    def tensor(*shape):
+        return torch.randn(*shape, generator=generator, dtype=torch.float64, requires_grad=True)
+
+    return tensor(B, T_q, d), tensor(B, T_k, d), tensor(B, T_k, d_v), lens
+
+
+def outputs_and_gradients(attend, queries, keys, values):
+    """attend's output, and the gradients of a fixed random function of it w.r.t. its inputs."""
+    out = attend(queries, keys, values)
+    weights = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape)
+    grads = torch.autograd.grad((out * weights).sum(), (queries, keys, values))
+    return out, grads
+
+
+@FAST
+@given(qkv_and_lens())
+def test_fast_path_equals_readable_path_outputs_and_gradients(case):
+    queries, keys, values, lens = case
+    attention = d2lh.DotProductAttention()
+    readable = outputs_and_gradients(lambda q, k, v: attention(q, k, v, lens), queries, keys, values)
+    fast = outputs_and_gradients(lambda q, k, v: attention(q, k, v, lens, need_weights=False),
+                                 queries, keys, values)
+    assert attention.attention_weights is None  # the fast path keeps no weights
+    torch.testing.assert_close(fast[0], readable[0])
+    for fast_grad, readable_grad in zip(fast[1], readable[1]):
+        assert torch.isfinite(fast_grad).all()
+        torch.testing.assert_close(fast_grad, readable_grad)
+    if lens is not None:  # a query with no valid key gets 0 on both paths, never NaN
+        no_key = (lens if lens.dim() == 2 else lens[:, None].expand(-1, queries.shape[1])) == 0
+        assert torch.all(fast[0][no_key] == 0)
+
+
+@pytest.mark.parametrize("lens", [None, torch.tensor([3, 0, 5]),
+                                  torch.tensor([[1, 2, 3, 4], [0, 5, 5, 1], [2, 2, 0, 0]])])
+def test_multihead_fast_path_equals_readable_path_with_parameter_gradients(lens):
+    torch.manual_seed(0)
+    mha = d2lh.MultiHeadAttention(12, 3, bias=True).double()
+    queries, keys = torch.randn(3, 4, 12, dtype=torch.float64), torch.randn(3, 5, 12, dtype=torch.float64)
+    results = []
+    for need_weights in (True, False):
+        mha.zero_grad()
+        out = mha(queries, keys, keys, lens, need_weights=need_weights)
+        (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape)).sum().backward()
+        results.append((out, [p.grad.clone() for p in mha.parameters()]))
+    (readable, readable_grads), (fast, fast_grads) = results
+    torch.testing.assert_close(fast, readable)
+    for fast_grad, readable_grad in zip(fast_grads, readable_grads):
+        torch.testing.assert_close(fast_grad, readable_grad)
+
+
+def test_fused_attention_is_pytorchs_kernel_with_the_course_mask_convention():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 6, 5), torch.randn(2, 3, 6, 7)  # (B, h, T, d)
+    lens = torch.tensor([[1, 4, 6, 2], [6, 6, 3, 5]])  # (B, T_q), no zeros: PyTorch's result is finite
+    mask = d2lh.valid_lens_to_mask(lens, 4, 6)[:, None]  # (B, 1, T_q, T_k), broadcast over heads
+    torch.testing.assert_close(d2lh.fused_attention(q, k, v, lens),
+                               F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+    torch.testing.assert_close(d2lh.fused_attention(q, k, v), F.scaled_dot_product_attention(q, k, v))
+    assert torch.all(d2lh.fused_attention(q, k, v, torch.tensor([0, 6]))[0] == 0)
+
+
+def test_sequence_mask_is_the_one_padding_mask():
+    mask = d2lh.sequence_mask(torch.tensor([1, 3, 0]), 4)
+    assert mask.tolist() == [[True, False, False, False], [True, True, True, False],
+                             [False, False, False, False]]
+    per_query = d2lh.sequence_mask(torch.tensor([[2, 0], [4, 1]]), 3)  # any leading shape
+    assert per_query.shape == (2, 2, 3) and per_query[1, 0].tolist() == [True, True, True]

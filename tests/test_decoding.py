@@ -11,7 +11,6 @@ import torch
 from torch import nn
 
 import d2lhelpers as d2lh
-from d2lhelpers.transformer import DecoderState
 
 # --------------------------------------------------------------------------------------------------
 # Label smoothing
@@ -148,7 +147,7 @@ def tiny_copy_data():
     return d2lh.TranslationData(pairs, batch_size=4, num_steps=4, min_freq=1)
 
 
-def test_train_seq2seq_uses_the_schedule_once_per_update():
+def test_train_seq2seq_takes_an_optimizer_and_steps_the_scheduler_once_per_update():
     data = tiny_copy_data()  # 16 pairs in batches of 4: 4 updates per epoch
     torch.manual_seed(0)
     model = d2lh.Transformer(len(data.src_vocab), len(data.tgt_vocab), d_model=8, num_heads=2,
@@ -156,18 +155,25 @@ def test_train_seq2seq_uses_the_schedule_once_per_update():
     before = [p.detach().clone() for p in model.parameters()]
     seen = []
 
-    def frozen(step):  # learning rate 0: nothing may change
-        seen.append(step)
+    def frozen(i):  # learning rate 0: nothing may change
+        seen.append(i)
         return 0.0
 
-    d2lh.train_seq2seq(model, data.train_loader(), 2, lr=1.0, lr_schedule=frozen, progress=False,
-                       plot=False)
-    assert seen == list(range(1, 10))  # LambdaLR asks for the first update's rate up front
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, frozen)
+    epochs = []
+    d2lh.train_seq2seq(model, data.train_loader(), 2, optimizer=optimizer, scheduler=scheduler,
+                       progress=False, on_epoch_end=lambda report: epochs.append(report.epoch_losses[:]))
+    assert seen == list(range(9))  # LambdaLR asks for update 0's rate up front, then one per update
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert optimizer.state and all(s["step"] == 8 for s in optimizer.state.values())  # ours was used
+    assert [len(losses) for losses in epochs] == [1, 2]  # the callback sees the report after each epoch
     # with the paper's schedule the parameters do move
-    schedule = functools.partial(d2lh.transformer_lr, d_model=8, warmup_steps=4)
-    d2lh.train_seq2seq(model, data.train_loader(), 1, lr=1.0, lr_schedule=schedule, progress=False,
-                       plot=False)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda i: d2lh.transformer_lr(i + 1, d_model=8, warmup_steps=4))
+    d2lh.train_seq2seq(model, data.train_loader(), 1, optimizer=optimizer, scheduler=scheduler,
+                       progress=False)
     assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
@@ -183,6 +189,13 @@ class _ZeroEncoder(nn.Module):
         return torch.zeros(src.shape[0], src.shape[1], 1)
 
 
+class _NoState:
+    """A decoding state with nothing to remember: the next token depends on the last one only."""
+
+    def reorder(self, rows):
+        pass
+
+
 class _MarkovDecoder(nn.Module):
     """Next-token log-probabilities set by hand: they depend only on the previous token."""
 
@@ -191,10 +204,13 @@ class _MarkovDecoder(nn.Module):
         self.register_buffer("log_table", table.log())
 
     def init_state(self, enc_outputs, enc_valid_lens=None):
-        return DecoderState(enc_outputs, enc_valid_lens)  # nothing to cache
+        return _NoState()
 
-    def forward(self, tokens, enc_outputs, enc_valid_lens=None, state=None):
+    def step(self, tokens, state):
         return self.log_table[tokens]  # (B, T) -> (B, T, V): logits = log-probabilities
+
+    def forward(self, tokens, enc_outputs, enc_valid_lens=None):
+        return self.log_table[tokens]
 
 
 class MarkovModel(nn.Module):

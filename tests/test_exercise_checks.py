@@ -18,6 +18,7 @@ from torch import nn
 import d2lhelpers as d2lh
 from d2lhelpers import exercises
 from d2lhelpers.exercises import ExerciseCheckFailed
+from d2lhelpers.exercises.positional_encoding import _shift_matrix as shift_matrix_reference
 
 # ---------------------------------------------------------------------------------------------
 # Notebook 01
@@ -422,7 +423,7 @@ def test_references_agree_with_the_package_and_the_definitions():
     # the shift matrix maps every row of the package's table to the row delta further
     P = d2lh.PositionalEncoding(16, max_len=40).P[0].double()
     for delta in (-3, 0, 5):
-        M = exercises._shift_matrix(delta, 16)
+        M = shift_matrix_reference(delta, 16)
         rows = range(max(0, -delta), 40 - max(0, delta))
         shifted = P[[i + delta for i in rows]]
         torch.testing.assert_close(P[list(rows)] @ M.T, shifted, atol=1e-6, rtol=0)

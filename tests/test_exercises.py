@@ -6,8 +6,9 @@ import pytest
 import torch
 
 import d2lhelpers as d2lh
-from d2lhelpers import exercises
-from d2lhelpers.exercises import ExerciseCheckFailed, run_check, student_source
+import exercise_authoring as authoring
+from d2lhelpers.exercises import ExerciseCheckFailed, run_check
+from exercise_authoring import student_source
 
 SOLVED = '''def double(x):
     """Twice x."""
@@ -95,7 +96,7 @@ def notebook_with(*sources):
 def test_command_writes_student_copies_and_an_answer_key(tmp_path, capsys):
     source = tmp_path / "07_demo.ipynb"
     source.write_text(json.dumps(notebook_with("import torch", SOLVED)))
-    exercises.main([str(source), "--out", str(tmp_path / "student"),
+    authoring.main([str(source), "--out", str(tmp_path / "student"),
                     "--answer-key", str(tmp_path / "key")])
     assert capsys.readouterr().out.splitlines() == [f"wrote {tmp_path / 'student' / source.name}",
                                                     f"wrote {tmp_path / 'key' / source.name}"]
@@ -114,10 +115,12 @@ def test_command_refuses_a_notebook_without_exercises(tmp_path):
     source = tmp_path / "plain.ipynb"
     source.write_text(json.dumps(notebook_with("x = 1")))
     with pytest.raises(ValueError, match="no exercise solution"):
-        exercises.write_copies([source], tmp_path / "student")
+        authoring.write_copies([source], tmp_path / "student")
 
 
 def test_exercises_module_is_reachable_from_the_package():
+    from d2lhelpers import exercises
+
     assert d2lh.exercises is exercises
 
 
@@ -202,7 +205,7 @@ def test_nbgrader_metadata_is_derived_from_markers_and_check_calls():
         ("markdown", "### BEGIN SOLUTION\nBecause.\n### END SOLUTION", {}),
         ("markdown", "### BEGIN SOLUTION\nAnd so.\n### END SOLUTION", {}),
         ("code", "x = 1\n### BEGIN SOLUTION\nx = 2\n### END SOLUTION", {}))
-    result = exercises.with_nbgrader_metadata(notebook)
+    result = authoring.with_nbgrader_metadata(notebook)
     meta = [cell["metadata"].get("nbgrader") for cell in result["cells"]]
     assert meta[0] is None and meta[1] is None
     assert meta[2] == {"grade": False, "grade_id": "double", "locked": False, "schema_version": 3,
@@ -219,13 +222,13 @@ def test_nbgrader_metadata_is_derived_from_markers_and_check_calls():
 
 def test_nbgrader_metadata_refuses_ambiguous_cells():
     with pytest.raises(ValueError, match="share the nbgrader grade_id 'double'"):
-        exercises.with_nbgrader_metadata(exercise_notebook(("code", SOLUTION_CELL, {}),
+        authoring.with_nbgrader_metadata(exercise_notebook(("code", SOLUTION_CELL, {}),
                                                            ("code", SOLUTION_CELL, {})))
     with pytest.raises(ValueError, match="both a solution and a check"):
         both = SOLVED + "\nexercises.check_x(f)"
-        exercises.with_nbgrader_metadata(exercise_notebook(("code", both, {})))
+        authoring.with_nbgrader_metadata(exercise_notebook(("code", both, {})))
     with pytest.raises(ValueError, match="hidden tests belong in a code cell"):
-        exercises.with_nbgrader_metadata(exercise_notebook(("markdown", CHECK_CELL, {})))
+        authoring.with_nbgrader_metadata(exercise_notebook(("markdown", CHECK_CELL, {})))
 
 
 def test_command_writes_nbgrader_metadata_into_notebooks_in_place(tmp_path, capsys):
@@ -234,8 +237,8 @@ def test_command_writes_nbgrader_metadata_into_notebooks_in_place(tmp_path, caps
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(SOLUTION_CELL),
                                                nbformat.v4.new_code_cell(CHECK_CELL)])
     nbformat.write(notebook, path)
-    exercises.main([str(path), "--nbgrader-metadata"])
-    exercises.main([str(path), "--nbgrader-metadata"])
+    authoring.main([str(path), "--nbgrader-metadata"])
+    authoring.main([str(path), "--nbgrader-metadata"])
     assert capsys.readouterr().out.splitlines() == [f"updated {path}", f"unchanged {path}"]
     written = nbformat.read(path, as_version=4)
     assert [c.metadata.nbgrader.grade_id for c in written.cells] == ["double", "check_double"]

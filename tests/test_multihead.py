@@ -134,8 +134,9 @@ def test_zero_valid_length_gives_zero_output_not_nan():
     assert torch.isfinite(out).all()
 
 
+@pytest.mark.parametrize("need_weights", [True, False])
 @pytest.mark.parametrize("dtype,tol", DTYPES_AND_TOLERANCES)
-def test_kv_cache_step_by_step_equals_full_causal(dtype, tol):
+def test_kv_cache_step_by_step_equals_full_causal(dtype, tol, need_weights):
     ours, _ = make_pair(12, 3, dtype)
     X, _, _ = random_qkv(2, 6, 6, 12, dtype)
     full = ours(X, X, X, causal_valid_lens(2, 6))
@@ -144,13 +145,17 @@ def test_kv_cache_step_by_step_equals_full_causal(dtype, tol):
     assert len(cache) == 0
     for t in range(6):
         x_t = X[:, t : t + 1]  # the t-th token alone: (B, 1, d_model)
-        step = ours(x_t, x_t, x_t, cache=cache)
+        cache.append(ours.project_keys_values(x_t, x_t))
+        step = ours.attend(x_t, cache, need_weights=need_weights)  # sees positions 0 .. t
         assert len(cache) == t + 1  # the cache grows by one position per step
-        assert cache.keys.shape == cache.values.shape == (2 * 3, t + 1, 4)  # (B*h, t+1, d_k)
+        assert cache.keys.shape == cache.values.shape == (2, 3, t + 1, 4)  # (B, h, t+1, d_k)
         assert step.shape == (2, 1, 12)
         torch.testing.assert_close(step, full[:, t : t + 1], rtol=tol, atol=tol)
-        torch.testing.assert_close(ours.attention_weights[..., 0, :],
-                                   full_weights[:, :, t, : t + 1], rtol=tol, atol=tol)
+        if need_weights:
+            torch.testing.assert_close(ours.attention_weights[..., 0, :],
+                                       full_weights[:, :, t, : t + 1], rtol=tol, atol=tol)
+        else:
+            assert ours.attention_weights is None
 
 
 def test_kv_cache_with_several_new_positions_and_a_mask():
@@ -159,10 +164,25 @@ def test_kv_cache_with_several_new_positions_and_a_mask():
     X, _, _ = random_qkv(1, 5, 5, 8, torch.float32)
     full = ours(X, X, X, causal_valid_lens(1, 5))
     cache = d2lh.KVCache()
-    first = ours(X[:, :2], X[:, :2], X[:, :2], causal_valid_lens(1, 2), cache=cache)
-    second = ours(X[:, 2:], X[:, 2:], X[:, 2:], torch.tensor([[3, 4, 5]]), cache=cache)
+    outputs = []
+    for chunk, lens in ((X[:, :2], causal_valid_lens(1, 2)), (X[:, 2:], torch.tensor([[3, 4, 5]]))):
+        cache.append(ours.project_keys_values(chunk, chunk))
+        outputs.append(ours.attend(chunk, cache, lens))
     assert len(cache) == 5
-    torch.testing.assert_close(torch.cat([first, second], dim=1), full)
+    torch.testing.assert_close(torch.cat(outputs, dim=1), full)
+
+
+def test_kv_cache_reorder_keeps_the_chosen_rows_in_order():
+    ours, _ = make_pair(8, 2)
+    X, _, _ = random_qkv(3, 4, 4, 8, torch.float32)
+    cache = ours.project_keys_values(X, X)
+    keys, values = cache.keys.clone(), cache.values.clone()
+    rows = torch.tensor([2, 2, 0, 1])  # may repeat rows and change the batch size
+    cache.reorder(rows)
+    assert torch.equal(cache.keys, keys[rows]) and torch.equal(cache.values, values[rows])
+    empty = d2lh.KVCache()
+    empty.reorder(rows)  # nothing cached yet: nothing to do
+    assert len(empty) == 0
 
 
 @pytest.mark.parametrize("dtype,tol", DTYPES_AND_TOLERANCES)
@@ -172,13 +192,13 @@ def test_projected_keys_values_equal_passing_keys(dtype, tol):
     valid_lens = torch.tensor([3, 7])
     direct = ours(q, memory, memory, valid_lens)
     cache = ours.project_keys_values(memory, memory)
-    assert len(cache) == 7 and cache.keys.shape == (2 * 4, 7, 4)
-    via_cache = ours(q, None, None, valid_lens, cache=cache)
+    assert len(cache) == 7 and cache.keys.shape == (2, 4, 7, 4)
+    via_cache = ours.attend(q, cache, valid_lens)
     torch.testing.assert_close(via_cache, direct, rtol=tol, atol=tol)
     assert len(cache) == 7  # attending over a projected memory does not append to it
     # one query at a time, as a decoder does, gives the same rows
     for t in range(5):
-        row = ours(q[:, t : t + 1], None, None, valid_lens, cache=cache)
+        row = ours.attend(q[:, t : t + 1], cache, valid_lens)
         torch.testing.assert_close(row, direct[:, t : t + 1], rtol=tol, atol=tol)
 
 
@@ -188,9 +208,9 @@ def test_shapes_and_heads_are_slices_of_the_projections():
     assert sum(p.numel() for p in ours.parameters()) == 4 * 12 * 12
     x = torch.arange(2 * 5 * 12.0).reshape(2, 5, 12)
     split = ours.split_heads(x)
-    assert split.shape == (6, 5, 4)  # (B*h, T, d_k)
-    # head i of sequence b sits at index b*h + i and holds features i*d_k .. (i+1)*d_k - 1
-    assert torch.equal(split[1 * 3 + 2], x[1, :, 8:12])
+    assert split.shape == (2, 3, 5, 4)  # (B, h, T, d_k)
+    # head i of sequence b holds features i*d_k .. (i+1)*d_k - 1
+    assert torch.equal(split[1, 2], x[1, :, 8:12])
     assert torch.equal(ours.merge_heads(split), x)
     q, k, v = random_qkv(2, 4, 9, 12, torch.float32)
     assert ours(q, k, v).shape == (2, 4, 12)
@@ -226,19 +246,15 @@ def test_bad_inputs_raise_value_errors_with_the_shapes():
         mha(q, k, v, torch.tensor([-1, 2]))
     with raises(r"valid_lens must have shape \(B,\)=\(2,\) or \(B, T_q\)=\(2, 3\)"):
         mha(q, k, v, torch.tensor([1, 2, 3]))
-    with raises("keys and values may be None only together, with a filled cache"):
-        mha(q, None, None)
-    with raises("keys and values may be None only together"):
-        mha(q, k, None, cache=mha.project_keys_values(k, v))
-    with raises("with a filled cache"):
-        mha(q, None, None, cache=d2lh.KVCache())
     with raises(r"keys must have shape \(B, T, d_model=8\), got \(2, 4, 3\)"):
         mha.project_keys_values(torch.zeros(2, 4, 3), v)
     cache = mha.project_keys_values(k, v)  # batch of 2
-    with raises("queries have batch size 3 but the cached keys hold 2"):
-        mha(torch.zeros(3, 1, 8), None, None, cache=cache)
-    with raises(r"valid_lens must lie in \[0, T_k=4\], got values from 0 to 9"):
-        mha(q, None, None, torch.tensor([0, 9]), cache=cache)
+    with raises("queries have batch size 3 but the cache holds a batch of 2"):
+        mha.attend(torch.zeros(3, 1, 8), cache)
+    with raises("queries have batch size 2 but the cache holds nothing"):
+        mha.attend(q, d2lh.KVCache())
+    with raises(r"queries must have shape \(B, T, d_model=8\), got \(2, 1, 4\)"):
+        mha.attend(torch.zeros(2, 1, 4), cache)
 
 
 def test_dropout_is_active_only_in_training():

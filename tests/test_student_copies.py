@@ -1,6 +1,6 @@
 """Student copies of the course notebooks: valid, free of solutions, and working once solved.
 
-For every notebook in notebooks/ with exercises, the copy that ``python -m d2lhelpers.exercises``
+For every notebook in notebooks/ with exercises, the copy that ``python -m exercise_authoring``
 writes must be a valid notebook holding none of the solution text nor the hidden tests. Then ONE
 kernel runs the copy cell by cell (in notebooks/, as nbval does): every cell before the first
 exercise runs without error; each check fails with "not implemented yet" while its exercise is a
@@ -19,12 +19,12 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from d2lhelpers import exercises
+import exercise_authoring as authoring
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = [path for path in sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
-             if exercises.BEGIN_SOLUTION in path.read_text(encoding="utf-8")]
+             if authoring.BEGIN_SOLUTION in path.read_text(encoding="utf-8")]
 MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 REGIONS = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)[^\n]*\n(.*?)### END \1", re.DOTALL)
 
@@ -33,7 +33,7 @@ REGIONS = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)[^\n]*\n(.*?)### END \1"
 def copies(tmp_path_factory):
     """Student copies of every notebook with exercises, written once: name -> path."""
     out = tmp_path_factory.mktemp("student")
-    return {path.name: path for path in exercises.write_copies(NOTEBOOKS, out)}
+    return {path.name: path for path in authoring.write_copies(NOTEBOOKS, out)}
 
 
 def hidden_lines(source: nbformat.NotebookNode) -> list[list[str]]:
@@ -62,7 +62,7 @@ def test_every_notebook_has_exercises():
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
 def test_source_notebook_carries_current_nbgrader_metadata(notebook):
     source = nbformat.read(notebook, as_version=4)
-    expected = exercises.with_nbgrader_metadata(source)
+    expected = authoring.with_nbgrader_metadata(source)
     for index, (cell, want) in enumerate(zip(source.cells, expected["cells"])):
         assert cell.metadata.get("nbgrader") == want["metadata"].get("nbgrader"), (
             f"{notebook.name}, cell {index}: nbgrader metadata is stale; run "
@@ -89,7 +89,7 @@ def test_student_copy_is_valid_and_holds_no_solution(notebook, copies):
         if role == "solution":
             assert "raise NotImplementedError()" in cell.source
         elif role == "answer":
-            assert exercises.ANSWER_STUB in cell.source
+            assert authoring.ANSWER_STUB in cell.source
 
     # Every line of a solution or hidden test is gone, except lines the learner reads anyway in
     # the cells that are not graded (e.g. `with torch.no_grad():`) and lines of punctuation.

@@ -56,8 +56,9 @@ def test_training_learns_a_toy_translation_and_decodes_it():
     data = tiny_data()
     model = d2lh.Transformer(len(data.src_vocab), len(data.tgt_vocab), d_model=32, num_heads=2,
                              ffn_hidden=64, num_layers=1, dropout=0.0)
-    report = d2lh.train_seq2seq(model, data.train_loader(), num_epochs=40, lr=5e-3, progress=False,
-                                plot=False)
+    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
+    report = d2lh.train_seq2seq(model, data.train_loader(), num_epochs=40, optimizer=optimizer,
+                                progress=False)
     assert len(report.epoch_losses) == 40
     assert report.epoch_losses[-1] < 0.1 < 2.0 < report.epoch_losses[0]
     assert report.num_tokens == 40 * int(data.tgt_valid_len.sum()) and report.tokens_per_second > 0
@@ -74,8 +75,7 @@ def test_training_stops_at_the_time_budget():
     data = tiny_data()
     model = d2lh.Transformer(len(data.src_vocab), len(data.tgt_vocab), d_model=16, num_heads=2,
                              ffn_hidden=16, num_layers=1)
-    report = d2lh.train_seq2seq(model, data.train_loader(), max_seconds=0.0, progress=False,
-                                plot=False)
+    report = d2lh.train_seq2seq(model, data.train_loader(), max_seconds=0.0, progress=False)
     assert len(report.epoch_losses) == 1 and report.num_tokens < int(data.tgt_valid_len.sum())
     with pytest.raises(ValueError, match="num_epochs, max_seconds"):
         d2lh.train_seq2seq(model, data.train_loader())

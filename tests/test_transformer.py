@@ -118,20 +118,53 @@ def small_model(norm_first=False):
                             dropout=0.0, norm_first=norm_first).eval()
 
 
+@pytest.mark.parametrize("need_weights", [False, True])
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_decoding_with_the_cache_equals_recomputing(norm_first):
+def test_decoding_with_the_cache_equals_recomputing(norm_first, need_weights):
     model = small_model(norm_first)
     src, src_valid_len = torch.randint(0, 11, (3, 6)), torch.tensor([6, 2, 4])
     tgt = torch.randint(0, 13, (3, 7))
     enc = model.encoder(src, src_valid_len)
     full = model.decoder(tgt, enc, src_valid_len)
     state = model.decoder.init_state(enc, src_valid_len)
+    # the encoder-decoder caches are filled when the state is made, once
+    assert state.num_decoded == 0 and all(len(cache) == 6 for cache in state.cross_caches)
     steps = []
     for t in range(7):
-        steps.append(model.decoder(tgt[:, t:t + 1], enc, src_valid_len, state))
+        steps.append(model.decoder.step(tgt[:, t:t + 1], state, need_weights))
         assert state.num_decoded == t + 1  # the cache grows by one position per step
         assert all(len(cache) == t + 1 for cache in state.self_caches)
+        assert all(len(cache) == 6 for cache in state.cross_caches)  # fixed at T_src
     torch.testing.assert_close(torch.cat(steps, dim=1), full)
+
+
+def test_decoder_state_reorders_every_cache_and_the_source_lengths():
+    model = small_model()
+    src, src_valid_len = torch.randint(0, 11, (2, 6)), torch.tensor([6, 2])
+    enc = model.encoder(src, src_valid_len)
+    state = model.decoder.init_state(enc, src_valid_len)
+    model.decoder.step(torch.randint(0, 13, (2, 3)), state)
+    rows = torch.tensor([1, 1, 0])  # three rows: two copies of sentence 1, then sentence 0
+    state.reorder(rows)
+    assert state.enc_valid_lens.tolist() == [2, 2, 6]
+    # each row continues as its source row would have: the same logits for the same next token
+    reference = model.decoder.init_state(enc[rows], src_valid_len[rows])
+    prefix = torch.randint(0, 13, (2, 3))
+    fresh = model.decoder.init_state(enc, src_valid_len)
+    model.decoder.step(prefix, fresh)
+    model.decoder.step(prefix[rows], reference)
+    fresh.reorder(rows)
+    token = torch.randint(0, 13, (3, 1))
+    torch.testing.assert_close(model.decoder.step(token, fresh), model.decoder.step(token, reference))
+
+
+def test_fast_and_readable_paths_give_the_same_logits():
+    model = small_model().double()
+    src, src_valid_len = torch.randint(0, 11, (3, 6)), torch.tensor([6, 1, 4])
+    tgt = torch.randint(0, 13, (3, 5))
+    torch.testing.assert_close(model(src, src_valid_len, tgt, need_weights=True),
+                               model(src, src_valid_len, tgt))
+    assert all(w is None for w in model.encoder.attention_weights)  # the fast path keeps none
 
 
 def test_causal_mask_never_leaks_the_future():
@@ -158,7 +191,7 @@ def test_source_padding_never_changes_the_output():
 def test_attention_weights_are_kept_for_every_block():
     model = small_model()
     src, src_valid_len = torch.randint(0, 11, (2, 6)), torch.tensor([3, 6])
-    model(src, src_valid_len, torch.randint(0, 13, (2, 4)))
+    model(src, src_valid_len, torch.randint(0, 13, (2, 4)), need_weights=True)
     assert [w.shape for w in model.encoder.attention_weights] == [(2, HEADS, 6, 6)] * 2
     for self_weights, cross_weights in model.decoder.attention_weights:
         assert self_weights.shape == (2, HEADS, 4, 4) and cross_weights.shape == (2, HEADS, 4, 6)

@@ -1,0 +1,54 @@
+"""Exercises: the automatic checks of the notebooks' coding exercises.
+
+In a notebook, a coding exercise is a function the learner writes, with the solution between
+nbgrader's markers, followed by a check cell that calls one of the checks below::
+
+    def multiplicative_scores(queries, keys, W):
+        ### BEGIN SOLUTION
+        ...
+        ### END SOLUTION
+
+    d2lh.exercises.check_multiplicative_scores(multiplicative_scores)
+
+A check builds its own inputs (seeded random shapes and edge cases), runs the learner's function on
+each, and compares the result with a reference computed by the package (or a short formula). On
+failure it says which input failed, what was expected, what came back, and gives a hint; on
+success it prints one line. It raises :class:`ExerciseCheckFailed`, an ``AssertionError``, so that
+nbgrader counts a failed check as a failed test. ``seed`` draws other random cases: the source
+notebooks run each check a second time with ``seed=1`` between ``### BEGIN HIDDEN TESTS`` and
+``### END HIDDEN TESTS``, which student copies leave out.
+
+Three concerns, three places: :mod:`.runner` runs a check and words its failures; :mod:`.cases`
+draws the inputs; one module per notebook holds that notebook's checks. Student copies and
+nbgrader metadata are written by a separate package, ``exercise_authoring``, which needs no torch.
+"""
+
+from __future__ import annotations
+
+from .queries_keys_values import check_self_attention, check_max_weights
+from .nadaraya_watson import check_laplace_pooling, check_loo_error
+from .attention_scoring import check_multiplicative_scores, check_causal_lens
+from .multihead_attention import check_per_head_weights, check_to_torch_multihead
+from .positional_encoding import check_sinusoidal_table, check_shift_matrix
+from .transformer import check_layer_norm, check_causal_additive_mask
+from .transformer_in_practice import check_real_token_smoothing, check_expand_beams
+from .runner import ExerciseCheckFailed, run_check
+
+__all__ = [
+    "ExerciseCheckFailed",
+    "run_check",
+    "check_self_attention",
+    "check_max_weights",
+    "check_laplace_pooling",
+    "check_loo_error",
+    "check_multiplicative_scores",
+    "check_causal_lens",
+    "check_per_head_weights",
+    "check_to_torch_multihead",
+    "check_sinusoidal_table",
+    "check_shift_matrix",
+    "check_layer_norm",
+    "check_causal_additive_mask",
+    "check_real_token_smoothing",
+    "check_expand_beams",
+]
