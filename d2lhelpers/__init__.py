@@ -29,7 +29,7 @@ from .attention import (
     valid_lens_to_mask,
 )
 from .basics import Timer, check_int, choose_device, offset_seed, set_seed
-from .bleu import corpus_bleu, sentence_bleu
+from .bleu import BleuComparison, corpus_bleu, paired_bleu_test, sentence_bleu
 from .data import (
     FRA_ENG_SHA1,
     FRA_ENG_URL,

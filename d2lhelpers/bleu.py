@@ -7,6 +7,10 @@ Two numbers, two purposes:
 - :func:`corpus_bleu` is the number the course reports for a model: standard corpus-level BLEU
   (Papineni et al., 2002) computed by sacrebleu over all held-out sentences, each with all of its
   references, on the 0-100 scale.
+
+And one question: is a difference between two systems' BLEU on the same sentences more than the
+luck of which sentences were drawn? :func:`paired_bleu_test` answers with sacrebleu's paired
+bootstrap resampling.
 """
 
 from __future__ import annotations
@@ -14,10 +18,11 @@ from __future__ import annotations
 import collections
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from .basics import check_int
 
-__all__ = ["sentence_bleu", "corpus_bleu"]
+__all__ = ["sentence_bleu", "corpus_bleu", "BleuComparison", "paired_bleu_test"]
 
 
 def _as_tokens(sentence, name: str) -> list[str]:
@@ -78,13 +83,26 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[Sequence[str]]) 
     streams, which sacrebleu drops. (An empty string would not do: it counts as a reference of
     length 0 and changes the brevity penalty.)
 
-    Standard BLEU sums n-gram counts over the corpus before dividing, for n = 1..4; so short
-    sentences count fully, but a corpus in which no hypothesis has 4 tokens scores 0 (its 4-gram
-    precision is undefined), unlike :func:`sentence_bleu`, which skips the orders a prediction is
-    too short for.
+    The formula is standard BLEU, not the teaching one: with p_n the clipped n-gram precision of the
+    whole corpus (matches and n-grams summed over all sentences before dividing), c the total length
+    of the hypotheses and r the total length of the references closest in length to each,
+
+        BLEU = 100 * min(1, exp(1 - r / c)) * exp((log p_1 + log p_2 + log p_3 + log p_4) / 4),
+
+    a geometric mean of the 1- to 4-gram precisions with equal weights, times a brevity penalty for
+    the corpus as a whole. A corpus in which no hypothesis has 4 tokens scores 0 (its 4-gram
+    precision is 0), unlike :func:`sentence_bleu`, which skips the orders a prediction is too short
+    for.
     """
     from sacrebleu.metrics import BLEU  # imported here: the package's import stays quick
 
+    hypotheses, streams = _hypotheses_and_streams(hypotheses, references)
+    bleu = BLEU(lowercase=True, tokenize="none", force=True)
+    return float(bleu.corpus_score(hypotheses, streams).score)
+
+
+def _hypotheses_and_streams(hypotheses, references):
+    """Check and convert to sacrebleu's layout: hypotheses as strings, references as streams."""
     hypotheses = [h if isinstance(h, str) else " ".join(h) for h in hypotheses]
     references = [[refs] if isinstance(refs, str) else list(refs) for refs in references]
     if len(hypotheses) != len(references):
@@ -101,5 +119,50 @@ def corpus_bleu(hypotheses: Sequence[str], references: Sequence[Sequence[str]]) 
     # stream j: the j-th reference of every sentence, None where a sentence has fewer
     streams = [[refs[j] if j < len(refs) else None for refs in references]
                for j in range(num_streams)]
-    bleu = BLEU(lowercase=True, tokenize="none", force=True)
-    return float(bleu.corpus_score(hypotheses, streams).score)
+    return hypotheses, streams
+
+
+class BleuComparison(NamedTuple):
+    """Two systems' corpus BLEU on the same sentences, and whether they differ by more than chance.
+
+    baseline, system: corpus BLEU (0-100). difference: system - baseline. p_value: the paired
+    bootstrap's estimate of how often a difference at least this large (in either direction) would
+    come from resampling the sentences alone; below 0.05 is the usual bar for "significant".
+    baseline_interval, system_interval: 95% bootstrap intervals (low, high) of each score.
+    """
+
+    baseline: float
+    system: float
+    difference: float
+    p_value: float
+    baseline_interval: tuple[float, float]
+    system_interval: tuple[float, float]
+
+
+def paired_bleu_test(baseline_hypotheses: Sequence[str], system_hypotheses: Sequence[str],
+                     references: Sequence[Sequence[str]], num_samples: int = 1000) -> BleuComparison:
+    """Paired bootstrap resampling (Koehn, 2004) of two systems' translations of the same sentences,
+    done by sacrebleu (``sacrebleu.significance.PairedTest``), scored as :func:`corpus_bleu` does.
+
+    Draws ``num_samples`` test sets of the same size from the sentences, with replacement, scores
+    both systems on each, and compares: the p-value and each system's 95% interval say how much of
+    the difference could be the luck of the sentences drawn. It says nothing about the luck of
+    training (another seed gives another model): compare several seeds for that. The resampling is
+    seeded (sacrebleu's ``SACREBLEU_SEED``, 12345 by default): the same inputs give the same result.
+    """
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    check_int(num_samples, "num_samples")
+    baseline_hypotheses, streams = _hypotheses_and_streams(baseline_hypotheses, references)
+    system_hypotheses, _ = _hypotheses_and_streams(system_hypotheses, references)
+    test = PairedTest([("baseline", baseline_hypotheses), ("system", system_hypotheses)],
+                      {"BLEU": BLEU(lowercase=True, tokenize="none", force=True)}, streams,
+                      test_type="bs", n_samples=num_samples)
+    _, results = test()
+    baseline, system = results["BLEU"]  # sacrebleu's Result: score, p_value, mean, ci (half-width)
+    return BleuComparison(
+        float(baseline.score), float(system.score), float(system.score - baseline.score),
+        float(system.p_value),
+        (float(baseline.mean - baseline.ci), float(baseline.mean + baseline.ci)),
+        (float(system.mean - system.ci), float(system.mean + system.ci)))

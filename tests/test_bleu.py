@@ -178,3 +178,44 @@ def test_corpus_bleu_rejects_bad_input():
 
 def test_public_names_are_exported():
     assert d2lh.sentence_bleu is sentence_bleu and d2lh.corpus_bleu is corpus_bleu
+
+
+def systems_of_known_quality(num_sentences=300, seed=0):
+    """References, and a factory of systems that copy each reference with probability p and
+    otherwise output as many random words."""
+    import random
+
+    rng = random.Random(seed)
+    words = "le la un une chat chien maison voit grand petit noir blanc".split()
+    references = [" ".join(rng.choices(words, k=rng.randint(4, 8))) for _ in range(num_sentences)]
+
+    def system(p):
+        return [r if rng.random() < p else " ".join(rng.choices(words, k=len(r.split())))
+                for r in references]
+
+    return [[r] for r in references], system
+
+
+def test_paired_bleu_test_finds_no_difference_between_equally_good_systems():
+    references, system = systems_of_known_quality()
+    first, second = system(0.5), system(0.5)  # equally good, wrong on different sentences
+    result = d2lh.paired_bleu_test(first, second, references)
+    assert result.baseline == pytest.approx(corpus_bleu(first, references))
+    assert result.system == pytest.approx(corpus_bleu(second, references))
+    assert result.difference == pytest.approx(result.system - result.baseline)
+    assert result.p_value > 0.05  # the difference is within what resampling the sentences gives
+    for score, (low, high) in ((result.baseline, result.baseline_interval),
+                               (result.system, result.system_interval)):
+        assert low < score < high and high - low < 15
+
+
+def test_paired_bleu_test_separates_a_clearly_better_system_from_noise():
+    references, system = systems_of_known_quality()
+    worse, better = system(0.3), system(0.7)
+    result = d2lh.paired_bleu_test(worse, better, references)
+    assert result.difference > 10 and result.p_value < 0.01
+    assert result.system_interval[0] > result.baseline_interval[1]  # the intervals do not overlap
+    varied = [refs + ["un autre"] * (i % 3) for i, refs in enumerate(references)]  # 1 to 3 each
+    assert d2lh.paired_bleu_test(worse, better, varied).p_value < 0.01
+    with pytest.raises(ValueError, match="one entry per sentence"):
+        d2lh.paired_bleu_test(worse[:5], better, references)
