@@ -9,6 +9,7 @@ and is imported here by name, so that editors and type checkers see them all:
   key-value cache;
 - ``positional``: the sinusoidal positional encoding;
 - ``transformer``: the encoder-decoder Transformer, block by block;
+- ``rnn``: the RNN (GRU) encoder-decoder with Bahdanau attention, the baseline;
 - ``data``: the English-French pairs, vocabularies and batches;
 - ``training``: the masked loss, the warm-up schedule, the training loop;
 - ``decoding``: greedy decoding, beam search, translation and held-out BLEU;
@@ -64,6 +65,7 @@ from .plotting import (
     use_svg_display,
 )
 from .positional import PositionalEncoding
+from .rnn import BahdanauDecoder, BahdanauDecoderState, BahdanauSeq2Seq, GRUEncoder
 from .training import TrainingReport, masked_cross_entropy, train_seq2seq, transformer_lr
 from .transformer import (
     AddNorm,
