@@ -32,6 +32,7 @@ from .multihead_attention import check_per_head_weights, check_to_torch_multihea
 from .positional_encoding import check_sinusoidal_table, check_shift_matrix
 from .transformer import check_layer_norm, check_causal_additive_mask
 from .transformer_in_practice import check_real_token_smoothing, check_expand_beams
+from .bahdanau_attention import check_gru_cell, check_luong_step
 from .runner import ExerciseCheckFailed, run_check
 
 __all__ = [
@@ -51,4 +52,6 @@ __all__ = [
     "check_causal_additive_mask",
     "check_real_token_smoothing",
     "check_expand_beams",
+    "check_gru_cell",
+    "check_luong_step",
 ]

@@ -1,0 +1,127 @@
+"""The checks of notebook 08_bahdanau_attention's coding exercises."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from ..attention import masked_softmax
+from .cases import case_label, randint, randn, random_module, random_sizes, seeded_generator, size_text
+from .runner import run_check
+
+__all__ = ["check_gru_cell", "check_luong_step"]
+
+
+def _gru_cell(x, h, W_ih, W_hh, b_ih, b_hh):
+    """The reference: ``nn.GRUCell`` holding these weights."""
+    cell = nn.GRUCell(W_ih.shape[1], W_hh.shape[1]).to(x.dtype)
+    with torch.no_grad():
+        for name, value in (("weight_ih", W_ih), ("weight_hh", W_hh), ("bias_ih", b_ih),
+                            ("bias_hh", b_hh)):
+            getattr(cell, name).copy_(value)
+        return cell(x, h)
+
+
+def check_gru_cell(fn: Callable, seed: int = 0) -> None:
+    """fn(x, h, W_ih, W_hh, b_ih, b_hh) -> the new state h' (B, H) of a GRU cell, in PyTorch's
+    layout: x (B, d_in), h (B, H), W_ih (3H, d_in) and W_hh (3H, H) stacking the reset, update and
+    candidate rows in that order, b_ih and b_hh (3H,)::
+
+        r = sigmoid(W_ir x + b_ir + W_hr h + b_hr)
+        z = sigmoid(W_iz x + b_iz + W_hz h + b_hz)
+        n = tanh(W_in x + b_in + r * (W_hn h + b_hn))
+        h' = (1 - z) * n + z * h
+    """
+    generator = seeded_generator(seed)
+
+    def weights(d_in, H, dtype=torch.float32):
+        return (randn(generator, 3 * H, d_in, dtype=dtype), randn(generator, 3 * H, H, dtype=dtype),
+                randn(generator, 3 * H, dtype=dtype), randn(generator, 3 * H, dtype=dtype))
+
+    def case(B, d_in, H, dtype=torch.float32, h=None):
+        x = randn(generator, B, d_in, dtype=dtype)
+        h = randn(generator, B, H, dtype=dtype) if h is None else h
+        return (x, h, *weights(d_in, H, dtype))
+
+    # the gates pushed to 0 or 1 first: there a mistake shows as a wrong behaviour with a name
+    keep = case(3, 2, 3)
+    keep[4][3:6] = 20.0  # b_iz: the update gate z is 1, so h' = h
+    fixed = [("update gate z = 1 (the state is kept)", keep)]
+    reset = case(2, 3, 3)
+    reset[4][:3] = -20.0  # b_ir: the reset gate r is 0, so n = tanh(W_in x + b_in)
+    fixed.append(("reset gate r = 0 (the candidate ignores h)", reset))
+    replace = case(3, 2, 3)
+    replace[4][3:6] = -20.0  # z = 0: h' = n, the candidate
+    fixed.append(("update gate z = 0 (the state is replaced)", replace))
+    fixed.append(("the first step, h = 0", case(2, 3, 4, h=torch.zeros(2, 4))))
+    fixed.append(("", case(2, 3, 4)))
+    fixed.append(("float64", case(2, 3, 2, dtype=torch.float64)))
+    random = [("", case(s["B"], s["d_in"], s["H"]))
+              for s in random_sizes(generator, 2, B=(1, 4), d_in=(1, 6), H=(1, 6))]
+    cases = [(case_label(what, f"B={args[0].shape[0]}, d_in={args[0].shape[1]}, "
+                               f"H={args[1].shape[1]}"), args) for what, args in fixed + random]
+    run_check("gru_cell", fn, cases, reference=_gru_cell,
+              hint="split the projections x @ W_ih.T + b_ih and h @ W_hh.T + b_hh into three "
+                   "chunks of H columns each, in the order reset, update, candidate "
+                   "(.chunk(3, dim=-1)); r and z add the two projections' chunks; in the candidate "
+                   "the reset gate multiplies the whole hidden projection, bias b_hn included: "
+                   "n = tanh(i_n + r * h_n); the update gate keeps the old state: "
+                   "h' = (1 - z) * n + z * h.")
+
+
+def _luong_step(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c):
+    """The reference: the RNN step first, then attention with the new state as the query."""
+    hidden = cell(embedded, hidden)  # (B, H): s_i
+    scores = ((hidden @ W_a)[:, None] @ enc_outputs.transpose(1, 2))  # (B, 1, T_src): s_i W_a h_j
+    weights = masked_softmax(scores, valid_lens)  # (B, 1, T_src)
+    context = (weights @ enc_outputs).squeeze(1)  # (B, H)
+    attentional = torch.tanh(W_c(torch.cat([context, hidden], dim=-1)))  # (B, H)
+    return attentional, hidden, weights.squeeze(1)
+
+
+def check_luong_step(fn: Callable, seed: int = 0) -> None:
+    """fn(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c) -> (attentional, hidden,
+    weights): one decoder step with Luong et al.'s (2015) "general" attention, which attends
+    *after* the RNN step, with the new state as the query::
+
+        s_i = cell(embedded, hidden)                        # nn.GRUCell(E, H): (B, H)
+        alpha_ij = masked softmax over j of s_i W_a h_j     # W_a (H, H), valid_lens (B,)
+        c_i = sum_j alpha_ij h_j                            # (B, H)
+        attentional = tanh(W_c [c_i; s_i])                  # W_c: nn.Linear(2H, H)
+
+    embedded (B, E), hidden (B, H), enc_outputs (B, T_src, H). Returns attentional (B, H), the
+    new state s_i (B, H) and the weights (B, T_src)."""
+    generator = seeded_generator(seed)
+
+    def case(B, E, H, T_src, lengths=None, garbage=False):
+        with torch.random.fork_rng(devices=[]):  # the constructors draw from the global stream
+            cell = random_module(nn.GRUCell(E, H), generator)
+            W_c = random_module(nn.Linear(2 * H, H), generator)
+        W_a = randn(generator, H, H) / H ** 0.5
+        enc_outputs = randn(generator, B, T_src, H)
+        valid_lens = randint(generator, 1, T_src, (B,)) if lengths is None else torch.tensor(lengths)
+        if garbage:  # large values where a sentence is padding: the mask must keep them out
+            padding = torch.arange(T_src)[None, :] >= valid_lens[:, None]
+            enc_outputs[padding] = 50.0
+        args = (randn(generator, B, E), randn(generator, B, H), enc_outputs, valid_lens, cell, W_a,
+                W_c)
+        label = f"{size_text(dict(B=B, E=E, H=H, T_src=T_src))}, valid_lens={valid_lens.tolist()}"
+        return label, args
+
+    fixed = [("", case(2, 3, 4, 5, [5, 5])),
+             ("padding holds large values", case(3, 2, 4, 6, [6, 2, 4], garbage=True)),
+             ("one valid source token", case(2, 3, 3, 4, [1, 1])),
+             ("a batch of one", case(1, 4, 5, 3, [3]))]
+    random = [("", case(s["B"], s["E"], s["H"], s["T_src"]))
+              for s in random_sizes(generator, 2, B=(1, 4), E=(1, 5), H=(2, 6), T_src=(1, 6))]
+    cases = [(case_label(what, label), args) for what, (label, args) in fixed + random]
+    with torch.no_grad():
+        run_check("luong_step", fn, cases, reference=_luong_step,
+                  hint="first s = cell(embedded, hidden); then use the NEW s as the query: scores "
+                       "(B, 1, T_src) = (s @ W_a)[:, None] @ enc_outputs.transpose(1, 2); "
+                       "d2lh.masked_softmax(scores, valid_lens) keeps the padding out; the context "
+                       "is weights @ enc_outputs; concatenate the context first, then s "
+                       "(torch.cat([c, s], dim=-1)), apply W_c and tanh; return (attentional, s, "
+                       "weights (B, T_src)).")

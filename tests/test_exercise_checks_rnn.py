@@ -1,0 +1,145 @@
+"""The checks of notebook 08's exercises (a GRU cell, a Luong decoder step) pass right answers,
+written independently of their references, and catch the plausible wrong ones, naming the input
+they failed on."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import d2lhelpers as d2lh
+from d2lhelpers.exercises import ExerciseCheckFailed
+
+
+def gru_cell(x, h, W_ih, W_hh, b_ih, b_hh, order=(0, 1, 2), swap_update=False, reset="outside",
+             candidate=torch.tanh, hidden_bias=True):
+    """A GRU cell, right by default; each option away from its default is one plausible mistake."""
+    H = h.shape[1]
+
+    def chunks(W, b, v):  # (B, 3H) projections, split as (reset, update, candidate)
+        p = v @ W.T + (b if hidden_bias or W is W_ih else 0)
+        parts = [p[:, i * H:(i + 1) * H] for i in range(3)]
+        return [parts[i] for i in order]
+
+    i_r, i_z, i_n = chunks(W_ih, b_ih, x)
+    h_r, h_z, h_n = chunks(W_hh, b_hh, h)
+    r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+    if reset == "outside":  # PyTorch: r multiplies the whole hidden projection, b_hn included
+        n = candidate(i_n + r * h_n)
+    elif reset == "before the matrix":  # Cho et al. (2014): W_hn (r * h) + b_hn
+        n = candidate(i_n + (r * h) @ W_hh[2 * H:].T + b_hh[2 * H:])
+    else:  # "not on the bias": r * (W_hn h) + b_hn
+        n = candidate(i_n + r * (h @ W_hh[2 * H:].T) + b_hh[2 * H:])
+    if swap_update:
+        return z * n + (1 - z) * h
+    return (1 - z) * n + z * h
+
+
+def luong_step(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c, query="new", mask=True,
+               order="context first", squash=True, transpose=False, return_old=False,
+               softmax_dim=-1):
+    """A Luong decoder step, right by default; each option away from its default is a mistake."""
+    new_hidden = cell(embedded, hidden)
+    q = new_hidden if query == "new" else hidden  # "previous": Bahdanau's order
+    W = W_a.T if transpose else W_a
+    scores = torch.einsum("bh,hk,btk->bt", q, W, enc_outputs)  # (B, T_src): q W h_j
+    if mask:
+        T = enc_outputs.shape[1]
+        padding = torch.arange(T)[None, :] >= valid_lens[:, None]
+        scores = scores.masked_fill(padding, float("-inf"))
+    weights = torch.softmax(scores, dim=softmax_dim)
+    context = torch.einsum("bt,bth->bh", weights, enc_outputs)
+    pair = [context, new_hidden] if order == "context first" else [new_hidden, context]
+    attentional = W_c(torch.cat(pair, dim=-1))
+    if squash:
+        attentional = torch.tanh(attentional)
+    return attentional, hidden if return_old else new_hidden, weights
+
+
+CHECKS = {
+    "check_gru_cell": (gru_cell, {
+        "update gate on the wrong side: z * n + (1 - z) * h": (
+            lambda *a: gru_cell(*a, swap_update=True), "update gate z = 1"),
+        "gates taken in the order (update, reset, candidate)": (
+            lambda *a: gru_cell(*a, order=(1, 0, 2)), "values differ"),
+        "reset gate applied before W_hn (Cho et al.'s form)": (
+            lambda *a: gru_cell(*a, reset="before the matrix"), "reset gate r = 0"),
+        "reset gate not applied to b_hn": (
+            lambda *a: gru_cell(*a, reset="not on the bias"), "reset gate r = 0"),
+        "sigmoid for the candidate": (
+            lambda *a: gru_cell(*a, candidate=torch.sigmoid), "values differ"),
+        "hidden biases forgotten": (
+            lambda *a: gru_cell(*a, hidden_bias=False), "values differ"),
+    }),
+    "check_luong_step": (luong_step, {
+        "the previous state as the query (Bahdanau's order)": (
+            lambda *a: luong_step(*a, query="previous"), "values differ"),
+        "the padding not masked": (
+            lambda *a: luong_step(*a, mask=False), "on input padding holds large values"),
+        "[s; c] instead of [c; s]": (
+            lambda *a: luong_step(*a, order="state first"), "result 0 of the tuple"),
+        "tanh forgotten": (lambda *a: luong_step(*a, squash=False), "result 0 of the tuple"),
+        "W_a transposed": (lambda *a: luong_step(*a, transpose=True), "values differ"),
+        "the old state returned": (
+            lambda *a: luong_step(*a, return_old=True), "result 1 of the tuple"),
+        "softmax over the batch": (
+            lambda *a: luong_step(*a, softmax_dim=0), "values differ"),
+    }),
+}
+
+
+@pytest.mark.parametrize("check", sorted(CHECKS))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_check_passes_a_right_answer(check, seed, capsys):
+    right, _ = CHECKS[check]
+    getattr(d2lh.exercises, check)(right, seed=seed)
+    line = capsys.readouterr().out
+    assert line.startswith("Correct: ") and line.endswith(" checks.\n") and line.count("\n") == 1
+
+
+def test_the_right_answers_agree_with_pytorch():
+    torch.manual_seed(0)
+    cell = torch.nn.GRUCell(3, 5)
+    x, h = torch.randn(4, 3), torch.randn(4, 5)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            gru_cell(x, h, cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh), cell(x, h))
+    # the Luong step with W_a = identity and a single valid token attends only to that token
+    enc = torch.randn(2, 4, 5)
+    W_c = torch.nn.Linear(10, 5)
+    with torch.no_grad():
+        _, s, weights = luong_step(torch.randn(2, 3), h[:2], enc, torch.tensor([1, 1]), cell,
+                                   torch.eye(5), W_c)
+    assert torch.equal(weights, torch.tensor([[1.0, 0, 0, 0]] * 2))
+
+
+WRONG = [(check, mistake) for check, (_, mistakes) in sorted(CHECKS.items()) for mistake in mistakes]
+
+
+@pytest.mark.parametrize("check, mistake", WRONG, ids=[f"{c}-{m}" for c, m in WRONG])
+def test_check_fails_a_plausible_wrong_answer_naming_the_input(check, mistake, capsys):
+    wrong, must_mention = CHECKS[check][1][mistake]
+    with pytest.raises(ExerciseCheckFailed) as failure:
+        getattr(d2lh.exercises, check)(wrong)
+    message = str(failure.value)
+    assert must_mention in message
+    assert "on input " in message and "Hint" in message
+    assert "Correct" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("check", sorted(CHECKS))
+def test_a_stub_is_reported_as_not_implemented(check):
+    def stub(*args):
+        raise NotImplementedError()
+
+    with pytest.raises(ExerciseCheckFailed, match="not implemented yet"):
+        getattr(d2lh.exercises, check)(stub)
+
+
+@pytest.mark.parametrize("check", sorted(CHECKS))
+def test_checks_leave_the_global_random_state_alone(check, capsys):
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    getattr(d2lh.exercises, check)(CHECKS[check][0])
+    assert torch.equal(torch.rand(3), expected)
