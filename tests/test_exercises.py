@@ -1,14 +1,26 @@
-"""The exercise mechanism: checks that fail helpfully, and student copies."""
+"""The exercise mechanism: checks that fail helpfully and cannot be patched away, and the
+authoring commands (setup cell, hidden tests, nbgrader metadata, student copies)."""
 
+import inspect
 import json
+import pathlib
+import sys
 
+import nbformat
+import numpy as np
 import pytest
 import torch
 
 import d2lhelpers as d2lh
 import exercise_authoring as authoring
+from d2lhelpers import exercises
 from d2lhelpers.exercises import ExerciseCheckFailed, run_check
+from d2lhelpers.exercises.runner import check_afresh
 from exercise_authoring import student_source
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PROJECT = authoring.find_project(ROOT)
+CHECKS = sorted(name for name in exercises.__all__ if name.startswith("check_"))
 
 SOLVED = '''def double(x):
     """Twice x."""
@@ -37,7 +49,10 @@ def test_student_source_rejects_unbalanced_markers():
         student_source("### BEGIN SOLUTION\nx = 1\n")
 
 
+# run_check -----------------------------------------------------------------------------------
+
 CASES = [("a 2x3 matrix", (torch.arange(6.0).reshape(2, 3),)), ("an empty row", (torch.zeros(1, 0),))]
+HINTS = ("which axis?", "the last one: dim=-1")
 
 
 def reference(x):
@@ -49,13 +64,62 @@ def test_run_check_passes_a_correct_function(capsys):
     assert capsys.readouterr().out == "Correct: softmax passed all 2 checks.\n"
 
 
-def test_run_check_says_which_input_failed_what_was_expected_and_what_came_back():
+def test_run_check_shows_the_input_and_the_learners_own_value_against_the_expected_one():
     with pytest.raises(ExerciseCheckFailed) as failure:
-        run_check("softmax", lambda x: x.softmax(dim=0), CASES, reference, hint="which axis?")
+        run_check("softmax", lambda x: x.softmax(dim=0), CASES, reference, hints=HINTS)
     message = str(failure.value)
-    assert "on input a 2x3 matrix" in message and "values differ" in message
-    assert "expected: tensor of shape (2, 3)" in message and "got:      tensor of shape (2, 3)" in message
-    assert message.endswith("Hint: which axis?")
+    assert "on input a 2x3 matrix: values differ: at index (1, 0) expected 0.0900306, got 0.952574.\n" in message
+    assert "input:    (tensor of shape (2, 3), dtype torch.float32:\n[[0. 1. 2.]\n [3. 4. 5.]])" in message
+    assert "expected: tensor of shape (2, 3), dtype torch.float32:\n[[0.09   0.2447 0.6652]" in message
+    assert "got:      tensor of shape (2, 3), dtype torch.float32:\n[[0.0474 0.0474 0.0474]" in message
+
+
+def test_large_values_are_shown_summarised_not_as_a_bare_shape():
+    with pytest.raises(ExerciseCheckFailed) as failure:
+        run_check("double", lambda x: 3 * x, [("400 numbers", (torch.arange(400.0),))], lambda x: 2 * x)
+    message = str(failure.value)
+    assert "got:      tensor of shape (400,), dtype torch.float32:\n[   0.    3.    6. ... 1191. 1194. 1197.]" in message
+
+
+def test_hints_nudge_first_and_tell_only_on_request():
+    def failure(hint):
+        with pytest.raises(ExerciseCheckFailed) as caught:
+            run_check("softmax", lambda x: x.softmax(dim=0), CASES, reference, hints=HINTS, hint=hint)
+        return str(caught.value)
+
+    assert failure(1).endswith("\nHint: which axis?\n(For a more specific hint, run the check again "
+                               "with hint=2.)")
+    assert failure(2).endswith("\nHint: which axis?\nHint 2: the last one: dim=-1")
+    assert failure(5).endswith("\nHint 2: the last one: dim=-1")
+    assert failure(0).endswith("values differ: at index (1, 0) expected 0.0900306, got 0.952574.\n"
+                               "  input:    (tensor of shape (2, 3), dtype torch.float32:\n"
+                               "[[0. 1. 2.]\n [3. 4. 5.]])\n  expected: tensor of shape (2, 3), "
+                               "dtype torch.float32:\n[[0.09   0.2447 0.6652]\n [0.09   0.2447 "
+                               "0.6652]]\n  got:      tensor of shape (2, 3), dtype torch.float32:"
+                               "\n[[0.0474 0.0474 0.0474]\n [0.9526 0.9526 0.9526]]\n(For a hint, "
+                               "run the check again with hint=1.)")
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="hint must be a whole number >= 0"):
+            run_check("softmax", reference, CASES, reference, hints=HINTS, hint=bad)
+
+
+def test_a_check_compared_through_a_function_shows_the_learners_own_value():
+    lengths = [("B=1, T=3", (1, 3))]
+    through = ("passed to d2lh.masked_softmax as valid lengths",
+               lambda lens, B, T: d2lh.masked_softmax(torch.zeros(B, T, T), lens))
+    expected = lambda B, T: torch.arange(1, T + 1).expand(B, T)  # noqa: E731
+    with pytest.raises(ExerciseCheckFailed) as failure:
+        run_check("lens", lambda B, T: torch.arange(T).expand(B, T), lengths, expected,
+                  compare_through=through)
+    message = str(failure.value)
+    assert ("what it returned, passed to d2lh.masked_softmax as valid lengths, does not give the "
+            "expected result: values differ: at index (0, 0, 0) expected 1, got 0") in message
+    assert "expected: tensor of shape (1, 3), dtype torch.int64:\n[[1 2 3]]" in message
+    assert "got:      tensor of shape (1, 3), dtype torch.int64:\n[[0 1 2]]" in message
+    with pytest.raises(ExerciseCheckFailed, match="what it returned raised ValueError when passed"):
+        run_check("lens", lambda B, T: torch.arange(T + 1), lengths, expected, compare_through=through)
+    run_check("lens", lambda B, T: torch.arange(1, T + 1, dtype=torch.int32).expand(B, T),
+              lengths, expected, compare_through=through)
 
 
 def test_run_check_reports_wrong_shapes_errors_and_missing_work():
@@ -70,6 +134,12 @@ def test_run_check_reports_wrong_shapes_errors_and_missing_work():
     with pytest.raises(ExerciseCheckFailed, match="not implemented yet"):
         run_check("softmax", not_done, CASES, reference)
 
+    def unsupported(x):  # PyTorch's own NotImplementedError is an error, not a stub
+        raise NotImplementedError("not supported for this dtype")
+
+    with pytest.raises(ExerciseCheckFailed, match="raised NotImplementedError: not supported"):
+        run_check("softmax", unsupported, CASES, reference)
+
 
 def test_run_check_catches_a_function_that_modifies_its_input():
     def right_answer_but_clobbers_input(x):
@@ -81,52 +151,25 @@ def test_run_check_catches_a_function_that_modifies_its_input():
         run_check("softmax", right_answer_but_clobbers_input, CASES, reference)
 
 
+def test_warnings_of_the_learners_function_go_to_standard_output(capsys):
+    import warnings
+
+    def warns(x):
+        warnings.warn("careful", UserWarning)
+        return reference(x)
+
+    run_check("softmax", warns, CASES, reference)
+    captured = capsys.readouterr()
+    assert captured.out == ("Your function warned: UserWarning: careful\n"
+                            "Correct: softmax passed all 2 checks.\n")
+    assert captured.err == "", "nbgrader grades a test cell with standard-error output 0"
+
+
 def test_failed_checks_are_assertion_errors_for_nbgrader():
     assert issubclass(ExerciseCheckFailed, AssertionError)
 
 
-def notebook_with(*sources):
-    return {"cells": [{"cell_type": "code", "source": s, "outputs": [{"output_type": "stream"}],
-                       "execution_count": 3, "metadata": {}} for s in sources]
-                     + [{"cell_type": "markdown", "metadata": {},
-                         "source": "**Answer:**\n### BEGIN SOLUTION\nBecause.\n### END SOLUTION"}],
-            "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
-
-
-def test_command_writes_student_copies_and_an_answer_key(tmp_path, capsys):
-    source = tmp_path / "07_demo.ipynb"
-    source.write_text(json.dumps(notebook_with("import torch", SOLVED)))
-    authoring.main([str(source), "--out", str(tmp_path / "student"),
-                    "--answer-key", str(tmp_path / "key")])
-    assert capsys.readouterr().out.splitlines() == [f"wrote {tmp_path / 'student' / source.name}",
-                                                    f"wrote {tmp_path / 'key' / source.name}"]
-    student = json.loads((tmp_path / "student" / source.name).read_text())
-    key = json.loads((tmp_path / "key" / source.name).read_text())
-    assert "y = 2 * x" not in student["cells"][1]["source"] and "HIDDEN" not in student["cells"][1]["source"]
-    assert key["cells"][1]["source"] == SOLVED
-    for copy in (student, key):
-        assert all(c["outputs"] == [] and c["execution_count"] is None
-                   for c in copy["cells"] if c["cell_type"] == "code")
-    assert student["cells"][2]["source"] == "**Answer:**\nYOUR ANSWER HERE"
-    assert key["cells"][2]["source"] == "**Answer:**\n### BEGIN SOLUTION\nBecause.\n### END SOLUTION"
-
-
-def test_command_refuses_a_notebook_without_exercises(tmp_path):
-    source = tmp_path / "plain.ipynb"
-    source.write_text(json.dumps(notebook_with("x = 1")))
-    with pytest.raises(ValueError, match="no exercise solution"):
-        authoring.write_copies([source], tmp_path / "student")
-
-
-def test_exercises_module_is_reachable_from_the_package():
-    from d2lhelpers import exercises
-
-    assert d2lh.exercises is exercises
-
-
 def test_run_check_compares_arrays_numbers_and_tuples(capsys):
-    import numpy as np
-
     cases = [("a 2x2 array", (np.array([[1.0, 2.0], [3.0, 4.0]]),))]
     run_check("pair", lambda a: (a.sum(), a * 2), cases, lambda a: (a.sum(), a * 2))
     assert capsys.readouterr().out == "Correct: pair passed all 1 checks.\n"
@@ -152,13 +195,204 @@ def test_run_check_rejects_a_learner_fn_that_is_not_a_function():
         run_check("softmax", 3, CASES, reference)
 
 
-# nbgrader metadata -------------------------------------------------------------------------------
+# What a learner sees in Jupyter ----------------------------------------------------------------
 
-CHECK_CELL = '''exercises.check_double(double)
+def checking_code_lines() -> set[str]:
+    """The lines of the checking code that could give an answer away."""
+    return {line.strip() for path in (ROOT / "d2lhelpers" / "exercises").glob("*.py")
+            for line in path.read_text().splitlines() if len(line.strip()) > 12}
+
+
+def test_a_failure_shows_no_line_of_the_checking_code_but_the_learners_own_frames():
+    def helper(lengths):
+        return lengths[10]  # the learner's bug
+
+    def causal_lens(batch_size, num_queries):
+        return helper(torch.arange(num_queries))
+
+    renderings = []
+    for wrong in (causal_lens, lambda B, T: torch.arange(T).expand(B, T)):
+        with pytest.raises(ExerciseCheckFailed) as failure:
+            exercises.check_causal_lens(wrong)
+        rendered = "\n".join(failure.value._render_traceback_())
+        assert rendered.endswith(f"ExerciseCheckFailed: {failure.value}")
+        renderings.append(rendered)
+    raised, wrong_value = renderings
+    assert "in helper\n    return lengths[10]  # the learner's bug" in raised
+    assert "IndexError: index 10 is out of bounds" in raised
+    assert wrong_value.startswith("ExerciseCheckFailed: causal_lens")  # no traceback at all
+    for rendered in renderings:
+        leaked = [line for line in rendered.splitlines() if line.strip() in checking_code_lines()]
+        assert not leaked and "exercises/" not in rendered, leaked
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_every_check_gives_its_hints_in_steps(check):
+    """A nudge by default; with hint=2 a second, more specific step."""
+    function = getattr(exercises, check)
+    assert list(inspect.signature(function).parameters)[1:] == ["seed", "hint"]
+    messages = []
+    for hint in (1, 2):
+        with pytest.raises(ExerciseCheckFailed) as failure:
+            function(lambda *args: None, hint=hint)
+        messages.append(str(failure.value))
+    nudge = messages[0].split("\nHint: ", 1)[1].split("\n")[0]
+    assert nudge and messages[0].endswith("run the check again with hint=2.)")
+    assert f"\nHint: {nudge}\nHint 2: " in messages[1]
+
+
+# Hidden tests that cannot be patched away ----------------------------------------------------
+
+def always_correct(*args, **kwargs):
+    print("Correct")
+
+
+@pytest.fixture
+def patched_checks(monkeypatch):
+    """The checking code replaced as a solution cell could: issue 14's one line, and more."""
+    monkeypatch.setattr(d2lh.exercises, "run_check", always_correct)
+    for name in CHECKS:
+        monkeypatch.setattr(d2lh.exercises, name, always_correct)
+    for name, module in list(sys.modules.items()):
+        if name.startswith("d2lhelpers.exercises."):
+            monkeypatch.setattr(module, "run_check", always_correct, raising=False)
+
+
+def test_check_afresh_grades_with_a_copy_that_the_patches_do_not_reach(patched_checks, capsys):
+    def causal_lens(batch_size, num_queries):
+        raise NotImplementedError()
+
+    d2lh.exercises.check_causal_lens(causal_lens)
+    assert capsys.readouterr().out == "Correct\n"  # the visible check is fooled
+    with pytest.raises(AssertionError, match="causal_lens.*not implemented yet"):
+        check_afresh("check_causal_lens", causal_lens)
+    check_afresh("check_causal_lens", lambda B, T: torch.arange(1, T + 1).repeat(B, 1))
+    assert capsys.readouterr().out == \
+        "Correct: causal_lens (through d2lh.masked_softmax) passed all 5 checks.\n"
+    assert not [name for name in sys.modules if "afresh" in name], "the copy is not left behind"
+    with pytest.raises(ValueError, match="check must name a check of d2lhelpers.exercises, got 'run_check'"):
+        check_afresh("run_check", always_correct)
+
+
+def test_the_generated_hidden_tests_fail_an_unsolved_exercise_despite_the_patch(patched_checks, capsys):
+    cell = "d2lh.exercises.check_causal_lens(causal_lens)\n" + authoring.hidden_tests_source(
+        [("check_causal_lens", "causal_lens")])
+    namespace = {"d2lh": d2lh, "causal_lens": lambda B, T: torch.zeros(B, T)}
+    with pytest.raises(AssertionError, match="values differ"):
+        exec(cell, namespace)
+    assert capsys.readouterr().out == "Correct\n"
+    namespace["causal_lens"] = lambda B, T: torch.arange(1, T + 1).repeat(B, 1)
+    exec(cell, namespace)
+    assert capsys.readouterr().out == \
+        "Correct\nCorrect: causal_lens (through d2lh.masked_softmax) passed all 5 checks.\n"
+
+
+# The setup cell ------------------------------------------------------------------------------
+
+def test_the_setup_cell_installs_the_release_and_stops_with_instructions_without_d2lhelpers(
+        monkeypatch):
+    source = authoring.setup_source(PROJECT)
+    assert f'"d2lhelpers @ git+{PROJECT.repository}@v{PROJECT.version}"' in source
+    assert d2lh.__version__ == PROJECT.version, "the release tag names the package's version"
+    exec(source, {})  # d2lhelpers importable, not on Colab: nothing happens
+    monkeypatch.setitem(sys.modules, "d2lhelpers", None)  # import d2lhelpers now fails
+    with pytest.raises(ModuleNotFoundError) as failure:
+        exec(source, {})
+    message = str(failure.value)
+    assert "needs the course's package d2lhelpers" in message
+    assert f"-m pip install 'd2lhelpers @ git+{PROJECT.repository}@v{PROJECT.version}'" in message
+
+
+# The project -----------------------------------------------------------------------------------
+
+def test_project_reads_address_and_version_and_makes_colab_links_at_the_release_tag(tmp_path):
+    assert PROJECT.root == ROOT and PROJECT.tag == f"v{PROJECT.version}"
+    owner_name = PROJECT.repository.removeprefix("https://github.com/")
+    assert PROJECT.colab_url(ROOT / "exercises" / "01_x.ipynb") == (
+        f"https://colab.research.google.com/github/{owner_name}/blob/v{PROJECT.version}/exercises/01_x.ipynb")
+    with pytest.raises(ValueError, match="path must lie inside the repository"):
+        PROJECT.colab_url(tmp_path / "01_x.ipynb")
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nversion = "1.2"\n[project.urls]\nRepository = "https://gitlab.com/a/b"\n')
+    with pytest.raises(ValueError, match="Repository must be a GitHub address"):
+        authoring.find_project(tmp_path)
+
+
+# Student copies --------------------------------------------------------------------------------
+
+BADGE = ("[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+         "(https://colab.research.google.com/github/o/n/blob/main/notebooks/07_demo.ipynb)")
+
+
+def notebook_with(*sources):
+    return {"cells": [{"cell_type": "markdown", "metadata": {}, "source": f"# Demo\n\n{BADGE}\n"}]
+            + [{"cell_type": "code", "source": s, "outputs": [{"output_type": "stream"}],
+                "execution_count": 3, "metadata": {}} for s in sources]
+            + [{"cell_type": "markdown", "metadata": {},
+                "source": "**Answer:**\n### BEGIN SOLUTION\nBecause.\n### END SOLUTION"}],
+            "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def a_project(folder: pathlib.Path) -> pathlib.Path:
+    (folder / "pyproject.toml").write_text(
+        '[project]\nversion = "2.0"\n[project.urls]\nRepository = "https://github.com/o/n"\n')
+    (folder / "notebooks").mkdir()
+    return folder / "notebooks"
+
+
+def test_command_writes_student_copies_with_their_own_badge_and_an_answer_key(tmp_path, capsys):
+    source = a_project(tmp_path) / "07_demo.ipynb"
+    source.write_text(json.dumps(notebook_with("import torch", SOLVED)))
+    authoring.main(["copies", str(source), "--out", str(tmp_path / "exercises"),
+                    "--answer-key", str(tmp_path / "key")])
+    assert capsys.readouterr().out.splitlines() == [f"wrote {tmp_path / 'exercises' / source.name}",
+                                                    f"wrote {tmp_path / 'key' / source.name}"]
+    student = nbformat.read(tmp_path / "exercises" / source.name, as_version=4)
+    key = nbformat.read(tmp_path / "key" / source.name, as_version=4)
+    assert student.cells[0].source == (
+        "# Demo\n\n[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+        "(https://colab.research.google.com/github/o/n/blob/v2.0/exercises/07_demo.ipynb)")
+    assert key.cells[0].source == f"# Demo\n\n{BADGE}\n", "an answer key keeps the source's badge"
+    assert "y = 2 * x" not in student.cells[2].source and "HIDDEN" not in student.cells[2].source
+    assert key.cells[2].source == SOLVED
+    for copy in (student, key):
+        assert all(c.outputs == [] and c.execution_count is None
+                   for c in copy.cells if c.cell_type == "code")
+    assert student.cells[3].source == "**Answer:**\nYOUR ANSWER HERE"
+    assert (tmp_path / "exercises" / source.name).read_text() == \
+        authoring.notebook_text(authoring.student_notebook(
+            json.loads(source.read_text()),
+            colab_url="https://colab.research.google.com/github/o/n/blob/v2.0/exercises/07_demo.ipynb"))
+
+
+def test_a_copy_outside_the_repository_gets_no_badge_and_a_notebook_needs_one(tmp_path):
+    (tmp_path / "repo").mkdir()
+    source = a_project(tmp_path / "repo") / "07_demo.ipynb"
+    source.write_text(json.dumps(notebook_with(SOLVED)))
+    [copy] = authoring.write_copies([source], tmp_path / "elsewhere")
+    assert "colab" not in copy.read_text(), "the source's badge would open the solutions"
+    no_badge = notebook_with(SOLVED)
+    no_badge["cells"][0]["source"] = "# Demo"
+    source.write_text(json.dumps(no_badge))
+    with pytest.raises(ValueError, match="07_demo.ipynb: notebook must have an Open-in-Colab badge"):
+        authoring.write_copies([source], tmp_path / "elsewhere")
+
+
+def test_command_refuses_a_notebook_without_exercises(tmp_path):
+    source = a_project(tmp_path) / "plain.ipynb"
+    source.write_text(json.dumps(notebook_with("x = 1")))
+    with pytest.raises(ValueError, match="no exercise solution"):
+        authoring.write_copies([source], tmp_path / "student")
+
+
+# Source notebooks: setup cell, hidden tests and nbgrader metadata ---------------------------------
+
+CHECK_CELL = '''d2lh.exercises.check_double(double)
 ### BEGIN HIDDEN TESTS
-exercises.check_double(double, seed=1)
+d2lh.exercises.check_double(double, seed=1)
 ### END HIDDEN TESTS'''
 SOLUTION_CELL = SOLVED.split("\n\ncheck(double)")[0]
+OLD_SETUP = 'import sys\nif "google.colab" in sys.modules:\n    pass'
 
 
 def exercise_notebook(*cells):
@@ -196,9 +430,10 @@ def nbgrader_v3_errors(notebook):
     return errors
 
 
-def test_nbgrader_metadata_is_derived_from_markers_and_check_calls():
+def test_nbgrader_metadata_is_derived_from_markers_check_calls_and_the_setup_cell():
     notebook = exercise_notebook(
         ("markdown", "## Exercises", {}),
+        ("code", authoring.setup_source(PROJECT), {}),
         ("code", "import torch", {"nbgrader": {"grade": True}}),  # stale: removed
         ("code", SOLUTION_CELL, {"tags": ["keep"]}),
         ("code", CHECK_CELL, {}),
@@ -207,17 +442,19 @@ def test_nbgrader_metadata_is_derived_from_markers_and_check_calls():
         ("code", "x = 1\n### BEGIN SOLUTION\nx = 2\n### END SOLUTION", {}))
     result = authoring.with_nbgrader_metadata(notebook)
     meta = [cell["metadata"].get("nbgrader") for cell in result["cells"]]
-    assert meta[0] is None and meta[1] is None
-    assert meta[2] == {"grade": False, "grade_id": "double", "locked": False, "schema_version": 3,
+    assert meta[0] is None and meta[2] is None
+    assert meta[1] == {"grade": False, "grade_id": "setup", "locked": True, "schema_version": 3,
+                       "solution": False}
+    assert meta[3] == {"grade": False, "grade_id": "double", "locked": False, "schema_version": 3,
                        "solution": True}
-    assert result["cells"][2]["metadata"]["tags"] == ["keep"]
-    assert meta[3] == {"grade": True, "grade_id": "check_double", "locked": True, "points": 1,
+    assert result["cells"][3]["metadata"]["tags"] == ["keep"]
+    assert meta[4] == {"grade": True, "grade_id": "check_double", "locked": True, "points": 1,
                        "schema_version": 3, "solution": False}
-    assert meta[4] == {"grade": True, "grade_id": "answer_1", "locked": False, "points": 1,
+    assert meta[5] == {"grade": True, "grade_id": "answer_1", "locked": False, "points": 1,
                        "schema_version": 3, "solution": True}
-    assert meta[5]["grade_id"] == "answer_2" and meta[6]["grade_id"] == "solution_2"
+    assert meta[6]["grade_id"] == "answer_2" and meta[7]["grade_id"] == "solution_2"
     assert nbgrader_v3_errors(result) == []
-    assert "nbgrader" in notebook["cells"][1]["metadata"], "the input notebook is left alone"
+    assert "nbgrader" in notebook["cells"][2]["metadata"], "the input notebook is left alone"
 
 
 def test_nbgrader_metadata_refuses_ambiguous_cells():
@@ -231,16 +468,59 @@ def test_nbgrader_metadata_refuses_ambiguous_cells():
         authoring.with_nbgrader_metadata(exercise_notebook(("markdown", CHECK_CELL, {})))
 
 
-def test_command_writes_nbgrader_metadata_into_notebooks_in_place(tmp_path, capsys):
-    nbformat = pytest.importorskip("nbformat")
-    path = tmp_path / "01_demo.ipynb"
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(SOLUTION_CELL),
+def test_updated_notebook_rewrites_setup_cell_hidden_tests_and_metadata_from_the_templates():
+    notebook = exercise_notebook(("markdown", f"# Demo\n{BADGE}", {}), ("code", OLD_SETUP, {}),
+                                 ("code", SOLUTION_CELL, {}), ("code", CHECK_CELL, {}),
+                                 ("code", "d2lh.exercises.check_triple(triple)", {}))
+    updated = authoring.updated_notebook(notebook, PROJECT)
+    assert updated["cells"][1]["source"] == authoring.setup_source(PROJECT)
+    hidden = authoring.hidden_tests_source([("check_double", "double")])
+    assert updated["cells"][3]["source"] == "d2lh.exercises.check_double(double)\n" + hidden
+    assert updated["cells"][4]["source"] == "d2lh.exercises.check_triple(triple)\n" + \
+        authoring.hidden_tests_source([("check_triple", "triple")])
+    assert hidden.endswith('_check_afresh("check_double", double, seed=1)\n### END HIDDEN TESTS')
+    assert [c["metadata"]["nbgrader"]["grade_id"] for c in updated["cells"][1:4]] == \
+        ["setup", "double", "check_double"]
+    assert authoring.updated_notebook(updated, PROJECT) == updated, "idempotent"
+    with pytest.raises(ValueError, match="first code cell must be its setup cell"):
+        authoring.updated_notebook(exercise_notebook(("code", "import torch", {})), PROJECT)
+    with pytest.raises(ValueError, match=r"must call d2lh.exercises.check_<name>\(<function>\)"):
+        authoring.updated_notebook(exercise_notebook(
+            ("code", OLD_SETUP, {}), ("code", "d2lh.exercises.check_double(double, seed=3)", {})),
+            PROJECT)
+
+
+def test_update_command_rewrites_notebooks_in_place_and_says_which_changed(tmp_path, capsys):
+    path = a_project(tmp_path) / "01_demo.ipynb"
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(OLD_SETUP),
+                                               nbformat.v4.new_code_cell(SOLUTION_CELL),
                                                nbformat.v4.new_code_cell(CHECK_CELL)])
     nbformat.write(notebook, path)
-    authoring.main([str(path), "--nbgrader-metadata"])
-    authoring.main([str(path), "--nbgrader-metadata"])
+    authoring.main(["update", str(path)])
+    authoring.main(["update", str(path)])
     assert capsys.readouterr().out.splitlines() == [f"updated {path}", f"unchanged {path}"]
     written = nbformat.read(path, as_version=4)
-    assert [c.metadata.nbgrader.grade_id for c in written.cells] == ["double", "check_double"]
-    assert written.cells[0].source == SOLUTION_CELL  # nothing else changes
-    assert not (tmp_path / "student").exists(), "the metadata mode writes no copies"
+    assert [c.metadata.nbgrader.grade_id for c in written.cells] == ["setup", "double", "check_double"]
+    assert 'git+https://github.com/o/n@v2.0"' in written.cells[0].source
+    assert written.cells[1].source == SOLUTION_CELL  # nothing else changes
+
+
+# nbgrader: a failed setup cell stops the grading -------------------------------------------------
+
+def test_require_setup_cell_raises_when_the_setup_cell_failed():
+    from exercise_authoring.grading import RequireSetupCell, SetupCellFailed
+
+    setup = nbformat.v4.new_code_cell("...", metadata={"nbgrader": {"grade_id": "setup"}})
+    notebook = nbformat.v4.new_notebook(cells=[setup, nbformat.v4.new_code_cell("1 / 0")])
+    notebook.cells[1].outputs = [nbformat.v4.new_output("error", ename="ZeroDivisionError",
+                                                        evalue="division by zero", traceback=[])]
+    RequireSetupCell().preprocess(notebook, {})  # an error elsewhere is the learner's
+    setup.outputs = [nbformat.v4.new_output("error", ename="ModuleNotFoundError",
+                                            evalue="needs d2lhelpers", traceback=[])]
+    with pytest.raises(SetupCellFailed, match="setup cell failed in the grading kernel, so every "
+                                              "check would score 0: ModuleNotFoundError: needs"):
+        RequireSetupCell().preprocess(notebook, {})
+
+
+def test_exercises_module_is_reachable_from_the_package():
+    assert d2lh.exercises is exercises

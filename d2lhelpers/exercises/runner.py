@@ -1,39 +1,82 @@
-"""Running a check: the learner's function against a reference, on every case, with a helpful
-message on failure (the input, what was expected, what came back, a hint)."""
+"""Running a check: the learner's function against a reference, on every case, and a failure
+message that teaches: the input, the learner's own return value against the expected one, and
+hints that nudge before they tell (the first step by default; ``hint=2`` on a check shows two).
+
+In Jupyter a failed check shows its message, and the frames of the learner's own code when that
+code raised, but no line of the checking code: the checks hold the reference implementations.
+
+This module imports nothing from d2lhelpers, so that it also runs on its own: the notebooks'
+hidden tests load it with ``runpy`` and call :func:`check_afresh`, which grades with a private
+copy of the package that no code in the notebook can have patched.
+"""
 
 from __future__ import annotations
 
 import copy
+import importlib.util
 import math
+import pathlib
+import sys
+import traceback
+import uuid
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
-__all__ = ["ExerciseCheckFailed", "run_check"]
+__all__ = ["ExerciseCheckFailed", "run_check", "check_afresh"]
+
+_CHECKS_DIR = pathlib.Path(__file__).resolve().parent  # d2lhelpers/exercises
 
 
 class ExerciseCheckFailed(AssertionError):
-    """A learner's function gave a wrong answer (the message says where and why)."""
+    """A learner's function gave a wrong answer, or raised (the message says on which input).
 
+    An ``AssertionError``, so that nbgrader counts it as a failed test. In IPython it renders as
+    its message, preceded by the traceback of ``learner_error`` (the learner's own exception, if
+    any) without the frames of the checking code.
+    """
+
+    def __init__(self, message: str, learner_error: BaseException | None = None):
+        super().__init__(message)
+        self.learner_error = learner_error
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows instead of the full traceback (IPython's protocol)."""
+        lines = []
+        if self.learner_error is not None:
+            error = traceback.TracebackException.from_exception(self.learner_error)
+            error.stack = traceback.StackSummary.from_list(
+                [frame for frame in error.stack
+                 if pathlib.Path(frame.filename).resolve().parent != _CHECKS_DIR])
+            lines = ["Where your function raised:\n", *error.format(), "\n"]
+        return [*"".join(lines).splitlines(), f"{type(self).__name__}: {self}"]
+
+
+def _values_text(array: np.ndarray) -> str:
+    """An array's values, rounded, its middle left out when it is large."""
+    return np.array2string(array, precision=4, suppress_small=True, threshold=64, edgeitems=3)
 
 
 def _describe(value) -> str:
-    """A short, readable description of an input or output, with shapes for arrays."""
+    """A readable description of an input or a result: kind, shape, dtype and values."""
     if isinstance(value, torch.Tensor):
         text = f"tensor of shape {tuple(value.shape)}, dtype {value.dtype}"
+        shown = value.detach().cpu()
+        if shown.dtype in (torch.bfloat16, torch.float16):
+            shown = shown.float()
         if value.dim() == 0:
-            return f"{text}: {value.item():.6g}"
-        if value.numel() <= 24:
-            shown = value.detach().cpu().numpy()
-            text += f":\n{shown.round(4) if value.is_floating_point() else shown}"
-        return text
+            return f"{text}: {shown.item():.6g}"
+        return f"{text}:\n{_values_text(shown.numpy())}"
     if isinstance(value, np.ndarray):
-        text = f"array of shape {value.shape}, dtype {value.dtype}"
-        shown = value.round(4) if np.issubdtype(value.dtype, np.floating) else value
-        return text + (f":\n{shown}" if value.size <= 24 else "")
+        return f"array of shape {value.shape}, dtype {value.dtype}:\n{_values_text(value)}"
     if isinstance(value, torch.nn.Module):
-        return f"a {type(value).__name__}"
+        text = f"a {type(value).__name__}"
+        if hasattr(value, "batch_first"):
+            text += f" (batch_first={value.batch_first})"
+        parameters = [f"{name} {tuple(p.shape)}" for name, p in value.named_parameters()]
+        return text + (" with parameters " + ", ".join(parameters) if parameters else "")
     if isinstance(value, (tuple, list)):
         return "(" + ", ".join(_describe(v) for v in value) + ")"
     if isinstance(value, (float, np.floating)):
@@ -97,40 +140,120 @@ def _same(a, b) -> bool:
     return True
 
 
+def _hints_text(hints: Sequence[str], hint: int) -> str:
+    """The first ``hint`` steps of ``hints``, and how to ask for the next one."""
+    shown = [f"\nHint: {hints[0]}"] if hint >= 1 and hints else []
+    shown += [f"\nHint {step + 1}: {text}" for step, text in enumerate(hints[1:hint], start=1)]
+    if hint < len(hints):
+        shown.append(f"\n(For {'a more specific' if shown else 'a'} hint, run the check again "
+                     f"with hint={max(hint, 0) + 1}.)")
+    return "".join(shown)
+
+
 def run_check(name: str, learner_fn: Callable, cases: Sequence[tuple[str, tuple]],
-              reference: Callable, hint: str = "", atol: float = 1e-5, rtol: float = 1e-4) -> None:
+              reference: Callable, hints: str | Sequence[str] = (), hint: int = 1,
+              compare_through: tuple[str, Callable] | None = None,
+              atol: float = 1e-5, rtol: float = 1e-4) -> None:
     """Run ``learner_fn`` on every case and compare with ``reference`` (both called with the same
-    arguments). ``cases``: (description, args) pairs. Results may be tensors, NumPy arrays,
-    numbers, or tuples of them. Raises :class:`ExerciseCheckFailed` with the failing input, the
-    expected and the returned value and ``hint``; prints one line on success. Also fails if the
-    learner's function modifies its inputs."""
+    arguments); print one line on success.
+
+    cases: (description, args) pairs. Results may be tensors, NumPy arrays, numbers, or tuples
+    of them. hints: the steps of the hint, from a nudge to the full explanation (a string is
+    one step); a failure shows the first ``hint`` of them (0: none) and says how to see more.
+    compare_through: (what, fn) when several answers are right (valid lengths that mask alike,
+    a layer judged by its outputs): ``fn(result, *args)`` is compared instead of the results
+    themselves, and ``what`` (e.g. "applied to the inputs") says how the result was used.
+
+    Raises :class:`ExerciseCheckFailed` naming the failing input, showing the learner's own
+    result against the expected one, and the hints; also when the learner's function modifies
+    its inputs. Warnings raised by the learner's function are printed (to standard output, so
+    that nbgrader, which counts any standard-error output as a failure, still gives the point).
+    """
     if not callable(learner_fn):
         raise ValueError(f"learner_fn must be a function, got {type(learner_fn).__name__}")
+    if isinstance(hint, str):  # a check written before hints came in steps: its one hint
+        hints, hint = hint, 1
+    if isinstance(hint, bool) or not isinstance(hint, int) or hint < 0:
+        raise ValueError(f"hint must be a whole number >= 0 (how many hints to show), got {hint!r}")
+    hints = (hints,) if isinstance(hints, str) else tuple(hints)
     with torch.random.fork_rng(devices=[]):  # the notebook's random stream stays as it was
-        _run_cases(name, learner_fn, cases, reference, hint, atol, rtol)
+        _run_cases(name, learner_fn, cases, reference, _hints_text(hints, hint), compare_through,
+                   atol, rtol)
     print(f"Correct: {name} passed all {len(cases)} checks.")
 
 
-def _run_cases(name, learner_fn, cases, reference, hint, atol, rtol) -> None:
-    for description, args in cases:
-        expected = reference(*copy.deepcopy(args))
-        learner_args = copy.deepcopy(args)
-        try:
-            got = learner_fn(*learner_args)
-        except NotImplementedError:
-            raise ExerciseCheckFailed(f"{name}: not implemented yet: write the function, then run "
-                                      "this check again.") from None
-        except Exception as error:  # the learner's code failed: say on which input
-            raise ExerciseCheckFailed(
-                f"{name} raised {type(error).__name__}: {error}\n  on input {description}: "
-                f"{_describe(args)}\nHint: {hint}") from error
-        problem = _compare(got, expected, atol, rtol)
-        if problem is None:
-            changed = [i for i, (a, b) in enumerate(zip(args, learner_args)) if not _same(a, b)]
-            if changed:
-                problem = f"the function modified its input argument(s) {changed} in place"
-        if problem is not None:
-            raise ExerciseCheckFailed(
-                f"{name} is not right yet on input {description}: {problem}.\n"
-                f"  input:    {_describe(args)}\n  expected: {_describe(expected)}\n"
-                f"  got:      {_describe(got)}\nHint: {hint}")
+def _run_cases(name, learner_fn, cases, reference, hints_text, compare_through, atol, rtol):
+    warned = {}  # (category, message) -> text, each warning shown once
+    try:
+        for description, args in cases:
+            expected = reference(*copy.deepcopy(args))
+            learner_args = copy.deepcopy(args)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    got = learner_fn(*learner_args)
+                except Exception as error:
+                    if type(error) is NotImplementedError and not error.args:  # the stub
+                        raise ExerciseCheckFailed(f"{name}: not implemented yet: write the "
+                                                  "function, then run this check again.") from None
+                    raise ExerciseCheckFailed(
+                        f"{name} raised {type(error).__name__}: {error}\n  on input {description}: "
+                        f"{_describe(args)}{hints_text}", learner_error=error) from error
+            for warning in caught:
+                key = (warning.category.__name__, str(warning.message))
+                warned.setdefault(key, f"{key[0]}: {key[1]}")
+            problem = _problem(got, expected, args, compare_through, atol, rtol)
+            if problem is None:
+                changed = [i for i, (a, b) in enumerate(zip(args, learner_args)) if not _same(a, b)]
+                if changed:
+                    problem = f"the function modified its input argument(s) {changed} in place"
+            if problem is not None:
+                raise ExerciseCheckFailed(
+                    f"{name} is not right yet on input {description}: {problem}.\n"
+                    f"  input:    {_describe(args)}\n  expected: {_describe(expected)}\n"
+                    f"  got:      {_describe(got)}{hints_text}")
+    finally:
+        for text in warned.values():
+            print(f"Your function warned: {text}")
+
+
+def _problem(got, expected, args, compare_through, atol, rtol) -> str | None:
+    """What is wrong with the learner's result ``got``, or None."""
+    if compare_through is None:
+        return _compare(got, expected, atol, rtol)
+    what, through = compare_through
+    try:
+        have = through(got, *copy.deepcopy(args))
+    except Exception as error:
+        return f"what it returned raised {type(error).__name__} when {what}: {error}"
+    problem = _compare(have, through(expected, *copy.deepcopy(args)), atol, rtol)
+    if problem is not None:
+        return f"what it returned, {what}, does not give the expected result: {problem}"
+    return None
+
+
+def check_afresh(check: str, learner_fn: Callable, seed: int = 1) -> None:
+    """Run the check named ``check`` (e.g. "check_causal_lens") on ``learner_fn`` with a private
+    copy of d2lhelpers, loaded afresh from the files of the package this module belongs to.
+
+    This is how the notebooks' hidden tests grade: they load this file with ``runpy`` and call
+    this function, so that nothing the notebook's code can replace (``d2lh.exercises``, its
+    checks, its ``run_check``, the ``d2lhelpers`` modules in ``sys.modules``) takes part. Code
+    that patches Python itself, PyTorch or IPython is beyond what any test running in the same
+    kernel can guard against.
+    """
+    package_dir = _CHECKS_DIR.parent
+    name = f"_d2lhelpers_afresh_{uuid.uuid4().hex}"
+    spec = importlib.util.spec_from_file_location(name, package_dir / "__init__.py",
+                                                  submodule_search_locations=[str(package_dir)])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[name] = package  # relative imports inside the copy need it, while it loads
+    try:
+        spec.loader.exec_module(package)
+        checks = package.exercises
+        if not check.startswith("check_") or check not in checks.__all__:
+            raise ValueError(f"check must name a check of d2lhelpers.exercises, got {check!r}")
+        getattr(checks, check)(learner_fn, seed=seed)
+    finally:
+        for module in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+            del sys.modules[module]

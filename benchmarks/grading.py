@@ -1,0 +1,228 @@
+"""The nbgrader round trip an instructor makes, on the course's own notebooks, timed.
+
+    python benchmarks/grading.py                                   # notebooks 01-03
+    python benchmarks/grading.py notebooks/01_queries_keys_values.ipynb
+
+In a temporary course folder holding the repository's nbgrader_config.py, it copies the notebooks
+into source/<assignment>/, runs ``nbgrader generate_assignment``, builds four submissions from
+the released notebooks, autogrades each one on its own (timing it), and prints the automatic
+points of every check cell against the points expected:
+
+- solved: every solution and model answer filled in from the source notebook;
+- empty: the released notebooks as they are;
+- wrong: in each notebook the first exercise solved, the others given a plausible wrong answer
+  (``WRONG`` below: the round trip knows wrong answers for notebooks 01-03);
+- patched: in each notebook the first exercise solved, in a cell that also replaces
+  ``d2lh.exercises.run_check``, every check of ``d2lh.exercises`` and every check module's
+  ``run_check`` by a function that prints "Correct"; the other exercises left as stubs.
+
+Exit status 1 if any check's points differ from the expected ones. Run it with nbgrader installed
+(the ``test`` extra) and ``D2LHELPERS_DATA_DIR`` set as ``.ci/run`` sets it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import nbformat
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import exercise_authoring as authoring  # noqa: E402 (the repository's, wherever this runs)
+
+ASSIGNMENT = "attention"
+SUBMISSIONS = ("solved", "empty", "wrong", "patched")
+
+# Plausible wrong answers (grade id of the solution cell -> its source), for the round trip's
+# "wrong" submission: a factor forgotten, a point among its own keys, lengths off by one.
+WRONG = {
+    "max_weights": '''def max_weights(Q, K, c):
+    return softmax_rows(Q @ K.T / np.sqrt(K.shape[1])).max(axis=1)''',
+    "loo_error": '''def loo_error(x, y, width):
+    weights = torch.softmax(-((x[:, None] - x[None, :]) / width) ** 2 / 2, dim=1)
+    return ((weights @ y - y) ** 2).mean().item()''',
+    "causal_lens": '''def causal_lens(batch_size, num_queries):
+    return torch.arange(num_queries).repeat(batch_size, 1)''',
+}
+
+# Everything a solution cell can replace in the course's checking code (issue 14's one line, and
+# more), so that every visible check prints "Correct".
+PATCH = '''
+
+import sys
+import d2lhelpers as d2lh
+
+def always_correct(*args, **kwargs):
+    print("Correct")
+
+d2lh.exercises.run_check = always_correct
+for name in d2lh.exercises.__all__:
+    if name.startswith("check_"):
+        setattr(d2lh.exercises, name, always_correct)
+for module_name, module in list(sys.modules.items()):
+    if module_name.startswith("d2lhelpers.exercises."):
+        module.run_check = always_correct'''
+
+_MARKER_LINE = re.compile(r"^[ \t]*### (?:BEGIN|END) SOLUTION[^\n]*\n?", re.MULTILINE)
+
+
+@dataclasses.dataclass
+class Graded:
+    """One autograded submission: its points per (notebook, check), the expected ones, the
+    seconds ``nbgrader autograde`` took, its log, and the graded notebooks by name."""
+
+    student: str
+    points: dict[tuple[str, str], float]
+    expected: dict[tuple[str, str], float]
+    seconds: float
+    log: str
+    notebooks: dict[str, nbformat.NotebookNode]
+
+    def checksum_warnings(self) -> list[str]:
+        """The grade ids of the cells nbgrader warns about: "checksum ... has changed"."""
+        return re.findall(r"Attribute 'checksum' for cell (\S+) has changed", self.log)
+
+    def check_output(self, notebook: str, check: str) -> str:
+        """What the graded check cell printed, then the error it ended with (if any)."""
+        cell = next(c for c in self.notebooks[notebook].cells if grade_id(c) == check)
+        text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+        errors = [f"{o.ename}: {o.evalue}" for o in cell.outputs if o.output_type == "error"]
+        return text + "\n".join(errors)
+
+
+def grade_id(cell) -> str | None:
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
+def nbgrader(course: pathlib.Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run an nbgrader command in the course folder; its output (nbgrader logs to stderr) is kept."""
+    return subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env,
+                          capture_output=True, text=True)
+
+
+def generate_assignment(course: pathlib.Path, notebooks: list[pathlib.Path]) -> None:
+    """A course folder with the repository's nbgrader configuration and the released assignment."""
+    (course / "source" / ASSIGNMENT).mkdir(parents=True)
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    for notebook in notebooks:
+        shutil.copy(notebook, course / "source" / ASSIGNMENT)
+    result = nbgrader(course, "generate_assignment", ASSIGNMENT)
+    if result.returncode != 0:
+        raise RuntimeError(f"nbgrader generate_assignment failed:\n{result.stderr}")
+
+
+def exercises(source) -> list[tuple[str, str]]:
+    """(solution grade id, check grade id) of each coding exercise of a source notebook, in order."""
+    checks = {function: grade_id(cell) for cell in source.cells
+              if authoring.nbgrader_role(cell) and authoring.nbgrader_role(cell)[0] == "check"
+              for _, function in authoring.check_calls(cell.source)}
+    return [(grade_id(cell), checks[grade_id(cell)]) for cell in source.cells
+            if authoring.nbgrader_role(cell) and authoring.nbgrader_role(cell)[0] == "solution"]
+
+
+def submission(release, source, kind: str):
+    """The released notebook filled in as the submission ``kind`` (see the module's docstring)."""
+    answers = {grade_id(cell): _MARKER_LINE.sub("", cell.source) for cell in source.cells
+               if cell.metadata.get("nbgrader", {}).get("solution")}
+    first = exercises(source)[0][0]
+    filled = nbformat.from_dict(release)
+    for cell in filled.cells:
+        name = grade_id(cell)
+        if name not in answers or kind == "empty":
+            continue
+        if kind == "solved" or name == first:
+            cell.source = answers[name] + (PATCH if kind == "patched" else "")
+        elif kind == "wrong" and cell.cell_type == "code":
+            if name not in WRONG:
+                raise ValueError(f"WRONG has no wrong answer for {name!r}: add one")
+            cell.source = WRONG[name]
+    return filled
+
+
+def expected_points(source, kind: str) -> dict[str, float]:
+    """The automatic points each check cell of ``source`` should get for the submission ``kind``."""
+    pairs = exercises(source)
+    solved = {"solved": {check for _, check in pairs}, "empty": set()}.get(kind, {pairs[0][1]})
+    return {check: 1.0 if check in solved else 0.0 for _, check in pairs}
+
+
+def autograde(course: pathlib.Path, sources: dict, kind: str, env: dict | None = None) -> Graded:
+    """Write the submission ``kind`` (its student id) of every notebook, autograde it, and read
+    its points from the gradebook."""
+    from nbgrader.api import Gradebook
+
+    folder = course / "submitted" / kind / ASSIGNMENT
+    folder.mkdir(parents=True)
+    expected = {}
+    for name, source in sources.items():
+        release = nbformat.read(course / "release" / ASSIGNMENT / name, as_version=4)
+        nbformat.write(submission(release, source, kind), folder / name)
+        expected.update({(name, check): points
+                         for check, points in expected_points(source, kind).items()})
+    start = time.perf_counter()
+    result = nbgrader(course, "autograde", ASSIGNMENT, "--student", kind, env=env)
+    seconds = time.perf_counter() - start
+    points, graded = {}, {}
+    if result.returncode == 0:
+        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+            for name in sources:
+                notebook = gradebook.find_submission_notebook(name.removesuffix(".ipynb"),
+                                                              ASSIGNMENT, kind)
+                points.update({(name, grade.name): grade.auto_score for grade in notebook.grades
+                               if grade.cell_type == "code"})
+        graded = {name: nbformat.read(course / "autograded" / kind / ASSIGNMENT / name,
+                                      as_version=4) for name in sources}
+    return Graded(kind, points, expected, seconds, result.stderr, graded)
+
+
+def round_trip(notebooks: list[pathlib.Path], course: pathlib.Path,
+               kinds=SUBMISSIONS) -> list[Graded]:
+    """Generate the assignment from ``notebooks`` in the empty folder ``course``, then autograde
+    each submission kind, one at a time."""
+    generate_assignment(course, notebooks)
+    sources = {path.name: nbformat.read(path, as_version=4) for path in notebooks}
+    return [autograde(course, sources, kind) for kind in kinds]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("notebooks", nargs="*", type=pathlib.Path,
+                        default=sorted((ROOT / "notebooks").glob("0[1-3]_*.ipynb")))
+    args = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # as the tests run; other work may share the CPU
+    with tempfile.TemporaryDirectory() as folder:
+        results = round_trip([path.resolve() for path in args.notebooks], pathlib.Path(folder))
+    print("| submission | automatic points | expected | seconds |\n|---|---:|---:|---:|")
+    for graded in results:
+        print(f"| {graded.student} | {sum(graded.points.values()):g} | "
+              f"{sum(graded.expected.values()):g} | {graded.seconds:.1f} |")
+    for graded in results:
+        if graded.student == "patched":
+            print("\nThe patched submission's unsolved checks, as graded:")
+            for (notebook, check), points in graded.points.items():
+                if points == 0:
+                    output = graded.check_output(notebook, check).strip().splitlines()
+                    print(f"- {notebook} {check}: {points:g} points; printed {output[0]!r}, "
+                          f"ended with {output[-1][:120]!r}")
+    warned = sorted({name for graded in results for name in graded.checksum_warnings()})
+    print(f"\nCells named in nbgrader's checksum warnings: {', '.join(warned) or 'none'}")
+    failed = False
+    for graded in results:
+        if graded.points != graded.expected:
+            failed = True
+            print(f"\n{graded.student}: points {graded.points}\nexpected {graded.expected}\n"
+                  f"{graded.log[-3000:]}")
+    return int(failed)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Student copies: solutions replaced by stubs, hidden tests removed, outputs cleared, and the
+Open-in-Colab badge pointing at the copy itself."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from .project import find_project
+
+__all__ = ["BEGIN_SOLUTION", "END_SOLUTION", "BEGIN_HIDDEN_TESTS", "END_HIDDEN_TESTS", "STUB",
+           "ANSWER_STUB", "source_of", "student_source", "student_notebook", "notebook_text",
+           "write_copies"]
+
+BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
+BEGIN_HIDDEN_TESTS, END_HIDDEN_TESTS = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+STUB = "# YOUR CODE HERE\nraise NotImplementedError()"  # nbgrader's stubs, so that its release
+ANSWER_STUB = "YOUR ANSWER HERE"                       # notebooks equal our copies
+
+_REGION = re.compile(r"^([ \t]*)### BEGIN SOLUTION[^\n]*\n.*?^[ \t]*### END SOLUTION[^\n]*$",
+                     re.MULTILINE | re.DOTALL)
+_HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[^\n]*\n.*?^[ \t]*### END HIDDEN TESTS[^\n]*\n?",
+                     re.MULTILINE | re.DOTALL)
+BADGE = re.compile(r"(\[!\[Open In Colab\]\(https://colab\.research\.google\.com/assets/"
+                   r"colab-badge\.svg\)\])\((https://colab\.research\.google\.com/github/[^)\s]+)\)")
+
+
+def source_of(cell: dict) -> str:
+    """A cell's source as one string (nbformat JSON may store it as a list of lines)."""
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def student_source(source: str, cell_type: str = "code") -> str:
+    """A cell's source with each solution replaced by a stub and hidden tests removed.
+
+    In a code cell the stub raises NotImplementedError, indented like the solution it replaces; in
+    a markdown cell (a model answer to a question) it is the line "YOUR ANSWER HERE", as in nbgrader.
+    """
+    for begin, end in ((BEGIN_SOLUTION, END_SOLUTION), (BEGIN_HIDDEN_TESTS, END_HIDDEN_TESTS)):
+        if source.count(begin) != source.count(end):
+            raise ValueError(f"unbalanced markers: {source.count(begin)} {begin!r} but "
+                             f"{source.count(end)} {end!r} in cell:\n{source}")
+    stub = STUB if cell_type == "code" else ANSWER_STUB
+    source = _REGION.sub(lambda m: "\n".join(m.group(1) + line for line in stub.splitlines()), source)
+    return _HIDDEN.sub("", source).rstrip("\n")
+
+
+def student_notebook(notebook: dict, keep_solutions: bool = False,
+                     colab_url: str | None = None) -> dict:
+    """A copy of a notebook (nbformat JSON as a dict) for students: outputs and execution counts
+    cleared; unless ``keep_solutions`` (an answer key), solutions (code, and model answers in
+    markdown) stubbed, hidden tests removed, and the Open-in-Colab badge made to open
+    ``colab_url`` (the copy itself), or removed when ``colab_url`` is None: the source's badge
+    would open the solutions."""
+    notebook = copy.deepcopy(notebook)
+    badges = 0
+    for cell in notebook["cells"]:
+        if not keep_solutions and cell["cell_type"] in ("code", "markdown"):
+            cell["source"] = student_source(source_of(cell), cell["cell_type"])
+            if cell["cell_type"] == "markdown":
+                cell["source"], found = BADGE.subn(
+                    lambda m: f"{m.group(1)}({colab_url})" if colab_url else "", cell["source"])
+                badges += found
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+    if not keep_solutions and badges == 0:
+        raise ValueError("notebook must have an Open-in-Colab badge for the copy to replace")
+    return notebook
+
+
+def notebook_text(notebook: dict) -> str:
+    """A notebook as nbformat writes it: sources as lists of lines, keys sorted, one-space
+    indent, UTF-8 kept."""
+    cells = [{**cell, "source": source_of(cell).splitlines(keepends=True)}
+             for cell in notebook["cells"]]
+    return json.dumps({**notebook, "cells": cells}, indent=1, sort_keys=True,
+                      ensure_ascii=False) + "\n"
+
+
+def write_copies(paths: Sequence[Path], out_dir: Path,
+                 answer_key_dir: Path | None = None) -> list[Path]:
+    """Write a student copy of each notebook into ``out_dir`` (and an answer key, which keeps the
+    solutions, into ``answer_key_dir``); return the paths written. A copy inside the repository
+    gets a badge that opens it on Colab at the release tag of the package's version; a copy
+    outside gets none."""
+    written = []
+    for path in map(Path, paths):
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        if not any(BEGIN_SOLUTION in source_of(c) for c in notebook["cells"]
+                   if c["cell_type"] == "code"):
+            raise ValueError(f"{path} has no exercise solution ({BEGIN_SOLUTION!r}) to remove")
+        project = find_project(path.parent)
+        target = Path(out_dir) / path.name
+        url = project.colab_url(target) if project.contains(target) else None
+        try:
+            copies = [(target, student_notebook(notebook, colab_url=url))]
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
+        if answer_key_dir is not None:
+            copies.append((Path(answer_key_dir) / path.name,
+                           student_notebook(notebook, keep_solutions=True)))
+        for target, copied in copies:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(notebook_text(copied), encoding="utf-8")
+            written.append(target)
+    return written
