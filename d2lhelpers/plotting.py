@@ -99,7 +99,7 @@ def plot(X, Y=None, xlabel=None, ylabel=None, legend=None, xlim=None, ylim=None,
 
 
 def show_heatmaps(matrices, xlabel, ylabel, titles=None, figsize=(2.5, 2.5), cmap="Reds",
-                  xticklabels=None, yticklabels=None):
+                  xticklabels=None, yticklabels=None, center=None):
     """Draw a grid of heatmaps that share one colour bar, and return the figure.
 
     matrices: (rows, cols, T_q, T_k), e.g. the attention weights of ``rows`` layers x ``cols`` heads;
@@ -107,6 +107,10 @@ def show_heatmaps(matrices, xlabel, ylabel, titles=None, figsize=(2.5, 2.5), cma
     titles: one title per column of the grid. xticklabels / yticklabels: optional token labels for
     the keys (T_k of them) and the queries (T_q of them).
     ``figsize`` is the size of one heatmap.
+    ``center``: for signed quantities (positional encodings, differences), the value the colour
+    scale is centred on, e.g. 0 with a diverging ``cmap`` such as ``"RdBu_r"``: the scale then runs
+    symmetrically from ``center - m`` to ``center + m``, m the largest distance from ``center``, so
+    that equal distances above and below get equally strong colours.
     """
     matrices = _as_numpy(matrices)
     if matrices.ndim != 4:
@@ -123,6 +127,9 @@ def show_heatmaps(matrices, xlabel, ylabel, titles=None, figsize=(2.5, 2.5), cma
     fig, axes = plt.subplots(rows, cols, figsize=(figsize[0] * cols, figsize[1] * rows),
                              sharex=True, sharey=True, squeeze=False)
     vmin, vmax = float(matrices.min()), float(matrices.max())
+    if center is not None:
+        spread = max(abs(vmax - center), abs(center - vmin))
+        vmin, vmax = center - spread, center + spread
     for i in range(rows):
         for j in range(cols):
             ax = axes[i, j]

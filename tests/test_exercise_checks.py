@@ -429,3 +429,191 @@ def test_references_agree_with_the_package_and_the_definitions():
         torch.testing.assert_close(P[list(rows)] @ M.T, shifted, atol=1e-6, rtol=0)
     # Laplace pooling: the softmax form equals the kernel definition
     exercises.check_laplace_pooling(laplace_pooling)
+
+
+# ---------------------------------------------------------------------------------------------
+# Notebooks 04 and 05: the "build it" exercises, whole modules. Their checks are reached through
+# their notebook's module of d2lhelpers.exercises; once d2lhelpers/exercises/__init__.py exports
+# them, move these entries into CHECKS (test_every_check_of_the_module_is_tested then asks for it).
+
+
+def packed_self_attention(order=(0, 1, 2), transpose=True, scale="d_k", lens="interleave",
+                          fill="package", project_out=True, store="heads"):
+    """Notebook 04's PackedSelfAttention, right by default; each argument names a mistake."""
+
+    class PackedSelfAttention(nn.Module):
+        def __init__(self, d_model, num_heads):
+            super().__init__()
+            self.num_heads = num_heads
+            self.W_qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+            self.W_o = nn.Linear(d_model, d_model, bias=False)
+
+        def forward(self, X, valid_lens=None):
+            B, T, d_model = X.shape
+            h = self.num_heads
+            d_k = d_model // h
+            chunks = self.W_qkv(X).chunk(3, dim=-1)
+
+            def split(x):  # (B, T, h*d_k) -> (B, h, T, d_k)
+                if transpose:
+                    return x.reshape(B, T, h, d_k).transpose(1, 2)
+                return x.reshape(B, h, T, d_k)  # the classic mistake: no transpose
+
+            Q, K, V = (split(chunks[i]) for i in order)
+            scores = Q @ K.transpose(-1, -2) / math.sqrt(d_k if scale == "d_k" else d_model)
+            folded = scores.reshape(B * h, T, T)
+            if valid_lens is None or lens == "ignore":
+                weights = torch.softmax(folded, dim=-1)
+            else:
+                folded_lens = (valid_lens.repeat_interleave(h, dim=0) if lens == "interleave"
+                               else valid_lens.repeat(h, *[1] * (valid_lens.dim() - 1)))
+                if fill == "package":
+                    weights = d2lh.masked_softmax(folded, folded_lens)
+                else:  # -inf in masked places: a row with no valid key becomes NaN
+                    mask = d2lh.valid_lens_to_mask(folded_lens, T, T)
+                    weights = torch.softmax(folded.masked_fill(~mask, -math.inf), dim=-1)
+            weights = weights.reshape(B, h, T, T)
+            self.attention_weights = weights if store == "heads" else weights.reshape(B * h, T, T)
+            merged = (weights @ V).transpose(1, 2).reshape(B, T, d_model)
+            return self.W_o(merged) if project_out else merged
+
+    return PackedSelfAttention
+
+
+def relative_self_attention(sign=1, clip=True, bias_at="scores", scale_bias=False, mask=True,
+                            fill="package"):
+    """Notebook 05's RelativeSelfAttention, right by default; each argument names a mistake."""
+
+    class RelativeSelfAttention(nn.Module):
+        def __init__(self, d_model, max_distance):
+            super().__init__()
+            self.max_distance = max_distance
+            self.W_q = nn.Linear(d_model, d_model, bias=False)
+            self.W_k = nn.Linear(d_model, d_model, bias=False)
+            self.W_v = nn.Linear(d_model, d_model, bias=False)
+            self.relative_bias = nn.Parameter(torch.zeros(2 * max_distance + 1))
+
+        def forward(self, X, valid_lens=None):
+            T, d = X.shape[1], X.shape[2]
+            positions = torch.arange(T)
+            offsets = sign * (positions[None, :] - positions[:, None])  # right: key minus query
+            if clip:
+                offsets = offsets.clamp(-self.max_distance, self.max_distance)
+            bias = self.relative_bias[offsets + self.max_distance]  # (T, T)
+            scores = self.W_q(X) @ self.W_k(X).transpose(1, 2)
+            if bias_at == "scores":
+                scores = (scores + bias) / math.sqrt(d) if scale_bias else scores / math.sqrt(d) + bias
+            else:
+                scores = scores / math.sqrt(d)
+            if valid_lens is None or not mask:
+                weights = torch.softmax(scores, dim=-1)
+            elif fill == "package":
+                weights = d2lh.masked_softmax(scores, valid_lens)
+            else:
+                allowed = d2lh.valid_lens_to_mask(valid_lens, T, T)
+                weights = torch.softmax(scores.masked_fill(~allowed, -math.inf), dim=-1)
+            if bias_at == "weights":
+                weights = weights + bias
+            self.attention_weights = weights
+            return weights @ self.W_v(X)
+
+    return RelativeSelfAttention
+
+
+BUILD_IT_CHECKS = {
+    "check_packed_self_attention": (exercises.multihead_attention, packed_self_attention(), {
+        "keys cut out first, then queries": (
+            packed_self_attention(order=(1, 0, 2)), "result 0 of the tuple: values differ"),
+        "heads split without the transpose": (
+            packed_self_attention(transpose=False), "values differ"),
+        "scaled by sqrt(d_model)": (packed_self_attention(scale="d_model"), "values differ"),
+        "repeat instead of repeat_interleave": (
+            packed_self_attention(lens="repeat"), "valid_lens (B,)"),
+        "mask forgotten": (packed_self_attention(lens="ignore"), "valid_lens (B,)"),
+        "-inf fill, NaN in an empty row": (
+            packed_self_attention(fill="-inf"),
+            "a sequence with valid length 0: result 0 of the tuple: the result holds NaN"),
+        "W_o forgotten": (packed_self_attention(project_out=False), "values differ"),
+        "weights kept with the heads folded into the batch": (
+            packed_self_attention(store="folded"), "result 1 of the tuple: expected shape"),
+        "one projection per input instead of W_qkv": (d2lh.MultiHeadAttention, "needs W_qkv"),
+    }),
+    "check_relative_self_attention": (exercises.positional_encoding, relative_self_attention(), {
+        "offset i - j instead of j - i": (relative_self_attention(sign=-1), "values differ"),
+        "offsets not clipped": (relative_self_attention(clip=False), "raised IndexError"),
+        "bias added to the weights": (
+            relative_self_attention(bias_at="weights"), "offsets beyond max_distance"),
+        "bias forgotten": (relative_self_attention(bias_at="none"), "values differ"),
+        "bias divided by sqrt(d) too": (relative_self_attention(scale_bias=True), "values differ"),
+        "mask forgotten": (relative_self_attention(mask=False), "valid_lens (B,)"),
+        "-inf fill, NaN in an empty row": (
+            relative_self_attention(fill="-inf"), "the result holds NaN"),
+    }),
+}
+
+
+def build_it_check(name):
+    return getattr(BUILD_IT_CHECKS[name][0], name)
+
+
+@pytest.mark.parametrize("check", sorted(BUILD_IT_CHECKS))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_build_it_check_passes_a_right_answer(check, seed, capsys):
+    build_it_check(check)(BUILD_IT_CHECKS[check][1], seed=seed)
+    line = capsys.readouterr().out
+    assert line.startswith("Correct: ") and line.endswith(" checks.\n") and line.count("\n") == 1
+
+
+BUILD_IT_WRONG = [(check, mistake) for check, (_, _, mistakes) in sorted(BUILD_IT_CHECKS.items())
+                  for mistake in mistakes]
+
+
+@pytest.mark.parametrize("check, mistake", BUILD_IT_WRONG,
+                         ids=[f"{c}-{m}" for c, m in BUILD_IT_WRONG])
+def test_build_it_check_fails_a_plausible_wrong_answer_naming_the_input(check, mistake, capsys):
+    wrong, must_mention = BUILD_IT_CHECKS[check][2][mistake]
+    with pytest.raises(ExerciseCheckFailed) as failure:
+        build_it_check(check)(wrong)
+    message = str(failure.value)
+    assert must_mention in message
+    assert "on input " in message and "\nHint: " in message
+    assert "Correct" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("check", sorted(BUILD_IT_CHECKS))
+def test_build_it_stub_is_reported_as_not_implemented(check):
+    right = BUILD_IT_CHECKS[check][1]
+
+    class Stub(right):  # the student copy: __init__ given, forward not written yet
+        def forward(self, X, valid_lens=None):
+            raise NotImplementedError()
+
+    with pytest.raises(ExerciseCheckFailed, match="not implemented yet"):
+        build_it_check(check)(Stub)
+
+
+@pytest.mark.parametrize("check", sorted(BUILD_IT_CHECKS))
+def test_build_it_checks_leave_the_global_random_state_alone(check):
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    build_it_check(check)(BUILD_IT_CHECKS[check][1])
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_reference_of_the_relative_bias_is_the_definition():
+    # entry by entry: score[i, j] = q_i . k_j / sqrt(d) + bias[clip(j - i) + max_distance]
+    from d2lhelpers.exercises.positional_encoding import (_ReferenceRelativeAttention,
+                                                          _relative_self_attention)
+
+    torch.manual_seed(0)
+    module = _ReferenceRelativeAttention(4, max_distance=2)
+    with torch.no_grad():
+        module.relative_bias.copy_(torch.arange(5.0))
+    X = torch.randn(1, 6, 4)
+    with torch.no_grad():
+        _, weights = _relative_self_attention(module, X, None)
+        q, k = module.W_q(X)[0], module.W_k(X)[0]
+    scores = torch.tensor([[q[i] @ k[j] / 2 + min(max(j - i, -2), 2) + 2 for j in range(6)]
+                           for i in range(6)])
+    torch.testing.assert_close(weights[0], torch.softmax(scores, dim=-1))

@@ -31,6 +31,15 @@ def test_show_heatmaps_draws_a_grid_with_one_shared_colour_bar():
     assert heatmaps[3].get_xlabel() == "keys" and heatmaps[0].get_ylabel() == "queries"
 
 
+def test_show_heatmaps_centres_a_signed_colour_scale_on_the_given_value():
+    signed = torch.tensor([[-0.5, 0.25], [1.0, 0.0]]).reshape(1, 1, 2, 2)
+    image = d2lh.show_heatmaps(signed, "keys", "queries", cmap="RdBu_r", center=0).axes[0].images[0]
+    assert image.get_clim() == (-1.0, 1.0)  # symmetric: 0 in the middle, white in RdBu_r
+    image = d2lh.show_heatmaps(signed, "keys", "queries").axes[0].images[0]
+    assert image.get_clim() == (-0.5, 1.0)  # by default: from the smallest to the largest value
+    plt.close("all")
+
+
 def test_show_heatmaps_identity_example():
     fig = d2lh.show_heatmaps(torch.eye(10).reshape(1, 1, 10, 10), "keys", "queries")
     assert np.array_equal(fig.axes[0].images[0].get_array(), np.eye(10))

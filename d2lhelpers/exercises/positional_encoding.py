@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
+from torch import nn
 
+from ..attention import masked_softmax
 from ..positional import PositionalEncoding
-from .cases import seeded_generator, random_sizes, case_label
+from .cases import seeded_generator, randn, randint, random_sizes, size_text, case_label, random_lengths
 from .runner import run_check
 
-__all__ = ['check_sinusoidal_table', 'check_shift_matrix']
+__all__ = ['check_sinusoidal_table', 'check_shift_matrix', 'check_relative_self_attention']
 
 
 def check_sinusoidal_table(fn: Callable, seed: int = 0) -> None:
@@ -56,3 +59,93 @@ def check_shift_matrix(fn: Callable, seed: int = 0) -> None:
                    "cos(delta w_j)]] with w_j = 1 / 10000^(2j / d), placed on the diagonal "
                    "(torch.block_diag); "
                    "check that M @ p_i equals p_(i+delta) on the table of section 3.")
+
+
+class _ReferenceRelativeAttention(nn.Module):
+    """The parameters of the exercise's module, for the reference computation."""
+
+    def __init__(self, d_model: int, max_distance: int) -> None:
+        super().__init__()
+        self.W_q, self.W_k, self.W_v = (nn.Linear(d_model, d_model, bias=False) for _ in range(3))
+        self.relative_bias = nn.Parameter(torch.zeros(2 * max_distance + 1))
+
+
+def _relative_self_attention(module: nn.Module, X: torch.Tensor, valid_lens) -> tuple:
+    """The reference: one head, scores Q K^T / sqrt(d) plus the bias of each offset j - i
+    (clipped to +-max_distance), masked softmax, weighted values."""
+    d, T = X.shape[-1], X.shape[1]
+    max_distance = (module.relative_bias.numel() - 1) // 2
+    positions = torch.arange(T)
+    offsets = positions[None, :] - positions[:, None]  # (T_q, T_k): key j minus query i
+    bias = module.relative_bias[offsets.clamp(-max_distance, max_distance) + max_distance]
+    scores = module.W_q(X) @ module.W_k(X).transpose(1, 2) / math.sqrt(d) + bias  # (B, T, T)
+    weights = masked_softmax(scores, valid_lens)
+    return weights @ module.W_v(X), weights
+
+
+def check_relative_self_attention(cls: type, seed: int = 0) -> None:
+    """cls(d_model, max_distance): one head of self-attention with a learned bias for each
+    relative offset: score[i, j] = q_i . k_j / sqrt(d_model) + relative_bias[max_distance + delta],
+    delta = j - i clipped to [-max_distance, max_distance]. It holds ``W_q``, ``W_k``, ``W_v``
+    (nn.Linear(d_model, d_model, bias=False)) and ``relative_bias`` (2 * max_distance + 1,);
+    ``forward(X, valid_lens)`` with X (B, T, d_model) and valid_lens None, (B,) or (B, T) returns
+    (B, T, d_model) and keeps the weights in ``.attention_weights`` (B, T, T)."""
+    generator = seeded_generator(seed)
+    fixed = [("offsets beyond max_distance", dict(d_model=8, max_distance=2, B=2, T=6), None),
+             ("", dict(d_model=4, max_distance=1, B=2, T=5), "per sequence"),
+             ("max_distance beyond the sequence", dict(d_model=6, max_distance=8, B=2, T=3), None),
+             ("a single token", dict(d_model=4, max_distance=2, B=1, T=1), None),
+             ("a causal mask", dict(d_model=8, max_distance=3, B=2, T=5), "causal"),
+             ("", dict(d_model=4, max_distance=2, B=2, T=3), "zero")]
+    kinds = (None, "per sequence", "per query")
+    for s in random_sizes(generator, 2, d_model=(1, 8), max_distance=(0, 4), B=(1, 3), T=(1, 8)):
+        fixed.append(("", s, kinds[int(randint(generator, 0, 2))]))
+    cases = []
+    for what, s, lengths in fixed:
+        parameters = {name: randn(generator, s["d_model"], s["d_model"]) / math.sqrt(s["d_model"])
+                      for name in ("W_q", "W_k", "W_v")}
+        parameters["relative_bias"] = 2 * randn(generator, 2 * s["max_distance"] + 1)
+        X = randn(generator, s["B"], s["T"], s["d_model"])
+        if lengths == "causal":
+            valid_lens = torch.arange(1, s["T"] + 1).expand(s["B"], -1)
+        elif lengths is not None:
+            valid_lens = random_lengths(generator, {"B": s["B"], "T_q": s["T"], "T_k": s["T"]},
+                                        per_query=lengths == "per query", zero=lengths == "zero")
+        else:
+            valid_lens = None
+        mask = {None: "no valid_lens", "per sequence": "valid_lens (B,)",
+                "per query": "valid_lens (B, T)", "causal": "valid_lens (B, T) = 1..T",
+                "zero": "a sequence with valid length 0"}[lengths]
+        cases.append((case_label(what, f"{size_text(s)}, {mask}"),
+                      (s["d_model"], s["max_distance"], parameters, X, valid_lens)))
+
+    def build(module_class, d_model, max_distance, parameters):
+        module = module_class(d_model, max_distance)
+        with torch.no_grad():
+            for name, value in parameters.items():
+                have = getattr(module, name, None)
+                have = getattr(have, "weight", have)  # a Linear's weight, or the bias itself
+                if not isinstance(have, torch.Tensor) or have.shape != value.shape:
+                    raise TypeError(f"the module needs {name} of shape {tuple(value.shape)} "
+                                    f"(see the exercise), got {have!r}")
+                have.copy_(value)
+        return module.eval()
+
+    def learner(d_model, max_distance, parameters, X, valid_lens):
+        module = build(cls, d_model, max_distance, parameters)
+        with torch.no_grad():
+            output = module(X, valid_lens)
+        return output, getattr(module, "attention_weights", None)
+
+    def reference(d_model, max_distance, parameters, X, valid_lens):
+        module = build(_ReferenceRelativeAttention, d_model, max_distance, parameters)
+        with torch.no_grad():
+            return _relative_self_attention(module, X, valid_lens)
+
+    run_check("RelativeSelfAttention", learner, cases, reference,
+              hint="result 0 is forward's output, result 1 its attention_weights. Build the "
+                   "(T, T) table of offsets j - i (key minus query), clip it to "
+                   "[-max_distance, max_distance], shift it by max_distance to index "
+                   "relative_bias, and add that bias to the scaled scores before "
+                   "d2lh.masked_softmax.")
+
