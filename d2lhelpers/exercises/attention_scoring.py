@@ -13,7 +13,7 @@ from .runner import run_check
 __all__ = ['check_multiplicative_scores', 'check_causal_lens']
 
 
-def check_multiplicative_scores(fn: Callable, seed: int = 0) -> None:
+def check_multiplicative_scores(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     """fn(queries (B, T_q, q_size), keys (B, T_k, k_size), W (q_size, k_size)) -> scores
     (B, T_q, T_k) with score[b, i, j] = queries[b, i] @ W @ keys[b, j]."""
     generator = seeded_generator(seed)
@@ -33,12 +33,16 @@ def check_multiplicative_scores(fn: Callable, seed: int = 0) -> None:
         cases.append((case_label(what, shapes), args))
     run_check("multiplicative_scores", fn, cases,
               reference=lambda queries, keys, W: torch.einsum("bip,pq,bjq->bij", queries, W, keys),
-              hint="score [b, i, j] is queries[b, i] @ W @ keys[b, j]; batched products (@) with "
-                   "keys.transpose(1, 2) compute all of them at once, shape (B, T_q, T_k). W is "
-                   "(q_size, k_size): it goes between the queries and the keys, untransposed.")
+              hints=("Write the score of one query and one key first, then find the batched "
+                     "product that computes them all; check on which side of W each one goes.",
+                     "score [b, i, j] is queries[b, i] @ W @ keys[b, j]; batched products (@) "
+                     "with keys.transpose(1, 2) compute all of them at once, shape (B, T_q, T_k). "
+                     "W is (q_size, k_size): it goes between the queries and the keys, "
+                     "untransposed."),
+              hint=hint)
 
 
-def check_causal_lens(fn: Callable, seed: int = 0) -> None:
+def check_causal_lens(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     """fn(batch_size, num_queries) -> valid lengths (B, T_q) under which d2lh.masked_softmax lets
     query i see keys 0 .. i only. Compared through the weights masked_softmax gives equal scores."""
 
@@ -48,13 +52,14 @@ def check_causal_lens(fn: Callable, seed: int = 0) -> None:
     cases = [(f"B={B}, T_q={T}" + (" (a single query)" if T == 1 else ""), (B, T))
              for B, T in sizes]
 
-    def weights(B, T):  # what d2lh.masked_softmax makes of the learner's lengths, equal scores
-        return masked_softmax(torch.zeros(B, T, T), fn(B, T))
+    def weights(lengths, B, T):  # equal scores: uniform weights over the keys each query sees
+        return masked_softmax(torch.zeros(B, T, T), lengths)
 
-    def reference(B, T):
-        allowed = torch.tril(torch.ones(T, T))  # query i sees keys 0..i
-        return (allowed / allowed.sum(-1, keepdim=True)).expand(B, T, T)  # uniform over those
-
-    run_check("causal_lens (through d2lh.masked_softmax)", weights, cases, reference,
-              hint="query i sees keys 0..i, so its valid length is i + 1: lengths 1, 2, ..., T_q "
-                   "for every sequence, shape (B, T_q).")
+    run_check("causal_lens (through d2lh.masked_softmax)", fn, cases,
+              reference=lambda B, T: torch.arange(1, T + 1).expand(B, T),  # query i: keys 0..i
+              compare_through=("passed to d2lh.masked_softmax as valid lengths", weights),
+              hints=("A valid length counts the keys a query may see, starting from key 0. How "
+                     "many keys may query 0 see? And query 1?",
+                     "query i sees keys 0..i, so its valid length is i + 1: lengths 1, 2, ..., "
+                     "T_q for every sequence, shape (B, T_q)."),
+              hint=hint)

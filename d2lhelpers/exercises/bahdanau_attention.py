@@ -24,7 +24,7 @@ def _gru_cell(x, h, W_ih, W_hh, b_ih, b_hh):
         return cell(x, h)
 
 
-def check_gru_cell(fn: Callable, seed: int = 0) -> None:
+def check_gru_cell(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     """fn(x, h, W_ih, W_hh, b_ih, b_hh) -> the new state h' (B, H) of a GRU cell, in PyTorch's
     layout: x (B, d_in), h (B, H), W_ih (3H, d_in) and W_hh (3H, H) stacking the reset, update and
     candidate rows in that order, b_ih and b_hh (3H,)::
@@ -63,12 +63,16 @@ def check_gru_cell(fn: Callable, seed: int = 0) -> None:
     cases = [(case_label(what, f"B={args[0].shape[0]}, d_in={args[0].shape[1]}, "
                                f"H={args[1].shape[1]}"), args) for what, args in fixed + random]
     run_check("gru_cell", fn, cases, reference=_gru_cell,
-              hint="split the projections x @ W_ih.T + b_ih and h @ W_hh.T + b_hh into three "
-                   "chunks of H columns each, in the order reset, update, candidate "
-                   "(.chunk(3, dim=-1)); r and z add the two projections' chunks; in the candidate "
-                   "the reset gate multiplies the whole hidden projection, bias b_hn included: "
-                   "n = tanh(i_n + r * h_n); the update gate keeps the old state: "
-                   "h' = (1 - z) * n + z * h.")
+              hints=("Recall the GRU's equations: which gate resets what, and where does each "
+                     "bias go? PyTorch stacks the three gates' weights in one matrix, in a fixed "
+                     "order.",
+                     "split the projections x @ W_ih.T + b_ih and h @ W_hh.T + b_hh into three "
+                     "chunks of H columns each, in the order reset, update, candidate (.chunk(3, "
+                     "dim=-1)); r and z add the two projections' chunks; in the candidate the "
+                     "reset gate multiplies the whole hidden projection, bias b_hn included: n = "
+                     "tanh(i_n + r * h_n); the update gate keeps the old state: h' = (1 - z) * n "
+                     "+ z * h."),
+              hint=hint)
 
 
 def _luong_step(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c):
@@ -81,7 +85,7 @@ def _luong_step(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c):
     return attentional, hidden, weights.squeeze(1)
 
 
-def check_luong_step(fn: Callable, seed: int = 0) -> None:
+def check_luong_step(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     """fn(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c) -> (attentional, hidden,
     weights): one decoder step with Luong et al.'s (2015) "general" attention, which attends
     *after* the RNN step, with the new state as the query::
@@ -119,9 +123,12 @@ def check_luong_step(fn: Callable, seed: int = 0) -> None:
     cases = [(case_label(what, label), args) for what, (label, args) in fixed + random]
     with torch.no_grad():
         run_check("luong_step", fn, cases, reference=_luong_step,
-                  hint="first s = cell(embedded, hidden); then use the NEW s as the query: scores "
-                       "(B, 1, T_src) = (s @ W_a)[:, None] @ enc_outputs.transpose(1, 2); "
-                       "d2lh.masked_softmax(scores, valid_lens) keeps the padding out; the context "
-                       "is weights @ enc_outputs; concatenate the context first, then s "
-                       "(torch.cat([c, s], dim=-1)), apply W_c and tanh; return (attentional, s, "
-                       "weights (B, T_src)).")
+                  hints=("In Luong's attention the RNN steps first, and its new state is the "
+                         "query. Check the order of the steps, and of what you concatenate.",
+                         "first s = cell(embedded, hidden); then use the NEW s as the query: "
+                         "scores (B, 1, T_src) = (s @ W_a)[:, None] @ enc_outputs.transpose(1, "
+                         "2); d2lh.masked_softmax(scores, valid_lens) keeps the padding out; the "
+                         "context is weights @ enc_outputs; concatenate the context first, then s "
+                         "(torch.cat([c, s], dim=-1)), apply W_c and tanh; return (attentional, "
+                         "s, weights (B, T_src))."),
+                  hint=hint)

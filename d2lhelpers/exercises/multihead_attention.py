@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from ..attention import MultiHeadAttention
+from ..transformer import copy_to_torch_layer
 from .cases import seeded_generator, randn, randint, random_sizes, size_text, case_label, random_module, random_lengths
 from .runner import run_check
 
@@ -44,7 +45,7 @@ def _multihead_cases(generator, fixed: list[tuple[str, dict, str | None]], count
     return cases
 
 
-def check_per_head_weights(fn: Callable, seed: int = 0) -> None:
+def check_per_head_weights(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     """fn(mha, queries (B, T_q, d_model), keys (B, T_k, d_model), valid_lens) -> the attention
     weights (B, h, T_q, T_k) of every head of the d2lh.MultiHeadAttention ``mha``, computed from
     its W_q and W_k without calling it. valid_lens: None, (B,) or (B, T_q)."""
@@ -62,14 +63,17 @@ def check_per_head_weights(fn: Callable, seed: int = 0) -> None:
         return mha.attention_weights
 
     run_check("per_head_weights", fn, cases, reference,
-              hint="project with mha.W_q and mha.W_k, split the features into h heads of width "
-                   "d_k = d_model / h (reshape to (B, T, h, d_k), then move the head axis next to "
-                   "the batch), divide the scores by sqrt(d_k) (not sqrt(d_model)), give every "
-                   "head of sequence b the lengths of b, and use d2lh.masked_softmax, which keeps "
-                   "a row with no valid key at zero.")
+              hints=("Each head works on its own slice of the projected features: which width "
+                     "scales its scores, and which valid lengths belong to each head?",
+                     "project with mha.W_q and mha.W_k, split the features into h heads of width "
+                     "d_k = d_model / h (reshape to (B, T, h, d_k), then move the head axis next "
+                     "to the batch), divide the scores by sqrt(d_k) (not sqrt(d_model)), give "
+                     "every head of sequence b the lengths of b, and use d2lh.masked_softmax, "
+                     "which keeps a row with no valid key at zero."),
+              hint=hint)
 
 
-def check_to_torch_multihead(fn: Callable, seed: int = 0) -> None:
+def check_to_torch_multihead(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     """fn(mha) -> a torch.nn.MultiheadAttention (batch_first) computing the same function as the
     d2lh.MultiHeadAttention ``mha``, biases included when ``mha`` has them."""
     generator = seeded_generator(seed)
@@ -83,22 +87,26 @@ def check_to_torch_multihead(fn: Callable, seed: int = 0) -> None:
             values = keys.flip(1)  # values that differ from the keys
             cases.append((f"bias={bias}, {what}", (mha, queries, keys, values)))
 
-    def outputs(mha, queries, keys, values):
-        layer = fn(mha)
+    def outputs(layer, mha, queries, keys, values):  # what the layer computes on the inputs
         if not isinstance(layer, torch.nn.MultiheadAttention):
             raise TypeError(f"expected a torch.nn.MultiheadAttention, got {type(layer).__name__}")
         with torch.no_grad():
             return layer.eval()(queries, keys, values, need_weights=False)[0]
 
     def reference(mha, queries, keys, values):
-        with torch.no_grad():
-            return mha(queries, keys, values)
+        layer = torch.nn.MultiheadAttention(mha.d_model, mha.num_heads, batch_first=True,
+                                            bias=mha.W_q.bias is not None)
+        return copy_to_torch_layer(mha, layer)
 
-    run_check("to_torch_multihead", outputs, cases, reference,
-              hint="nn.MultiheadAttention(d_model, h, bias=..., batch_first=True); copy "
-                   "torch.cat([W_q, W_k, W_v] weights) into in_proj_weight (in that order), "
-                   "W_o's weight into out_proj.weight, and when mha has biases, the three biases "
-                   "into in_proj_bias and W_o's into out_proj.bias.")
+    run_check("to_torch_multihead", lambda mha, queries, keys, values: fn(mha), cases, reference,
+              compare_through=("applied to the queries, keys and values", outputs),
+              hints=("PyTorch keeps the three input projections in one stacked matrix: in which "
+                     "order? And where do the biases go?",
+                     "nn.MultiheadAttention(d_model, h, bias=..., batch_first=True); copy "
+                     "torch.cat([W_q, W_k, W_v] weights) into in_proj_weight (in that order), "
+                     "W_o's weight into out_proj.weight, and when mha has biases, the three "
+                     "biases into in_proj_bias and W_o's into out_proj.bias."),
+              hint=hint)
 
 
 def _self_attention_cases(generator) -> list[tuple[str, tuple]]:

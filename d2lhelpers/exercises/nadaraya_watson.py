@@ -19,7 +19,7 @@ def _regression_data(generator, n: int, dtype=torch.float32):
         randn(generator, n, dtype=dtype)
 
 
-def check_laplace_pooling(fn: Callable, seed: int = 0) -> None:
+def check_laplace_pooling(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     """fn(queries (n_q,), keys (n_k,), values (n_k,), width) -> predictions (n_q,), with weights
     proportional to exp(-|query - key| / width), normalised over the keys."""
     generator = seeded_generator(seed)
@@ -41,12 +41,15 @@ def check_laplace_pooling(fn: Callable, seed: int = 0) -> None:
         return torch.softmax(-(queries[:, None] - keys[None, :]).abs() / width, dim=1) @ values
 
     run_check("laplace_pooling", fn, cases, reference,
-              hint="distances queries[:, None] - keys[None, :] have shape (n_q, n_k); the weights "
-                   "are exp(-|distance| / width) (absolute value, not squared), normalised so "
-                   "that each query's weights (each row) sum to 1.")
+              hints=("Read the kernel's formula again: absolute value or square? And whose "
+                     "weights must sum to 1, a query's or a key's?",
+                     "distances queries[:, None] - keys[None, :] have shape (n_q, n_k); the "
+                     "weights are exp(-|distance| / width) (absolute value, not squared), "
+                     "normalised so that each query's weights (each row) sum to 1."),
+              hint=hint)
 
 
-def check_loo_error(fn: Callable, seed: int = 0) -> None:
+def check_loo_error(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     """fn(x (n,), y (n,), width) -> the mean squared leave-one-out error (a number) of Gaussian
     kernel regression: each y_i predicted from the other points with weights
     softmax over j != i of -((x_i - x_j) / width)^2 / 2."""
@@ -68,6 +71,9 @@ def check_loo_error(fn: Callable, seed: int = 0) -> None:
         return ((torch.softmax(scores, dim=1) @ y - y) ** 2).mean()
 
     run_check("loo_error", fn, cases, reference,
-              hint="query i must not be among its own keys (mask the diagonal, or use keys_loo's "
-                   "trick); the kernel is -((x_i - x_j) / width)^2 / 2 before the softmax; the "
-                   "error is the mean over the n points of (prediction - y_i)^2.")
+              hints=("Leave-one-out means that point i never helps to predict itself: is that so "
+                     "in your function? Is the error a mean or a sum?",
+                     "query i must not be among its own keys (mask the diagonal, or use "
+                     "keys_loo's trick); the kernel is -((x_i - x_j) / width)^2 / 2 before the "
+                     "softmax; the error is the mean over the n points of (prediction - y_i)^2."),
+              hint=hint)

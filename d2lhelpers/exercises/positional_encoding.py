@@ -16,7 +16,7 @@ from .runner import run_check
 __all__ = ['check_sinusoidal_table', 'check_shift_matrix', 'check_relative_self_attention']
 
 
-def check_sinusoidal_table(fn: Callable, seed: int = 0) -> None:
+def check_sinusoidal_table(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     """fn(max_len, d) -> the sinusoidal table P (max_len, d), for any width d (odd included):
     P[i, 2j] = sin(i / 10000^(2j/d)), P[i, 2j+1] = cos(i / 10000^(2j/d))."""
 
@@ -28,10 +28,14 @@ def check_sinusoidal_table(fn: Callable, seed: int = 0) -> None:
              for what, max_len, d in fixed + random]
     run_check("sinusoidal_table", fn, cases,
               reference=lambda max_len, d: PositionalEncoding(d, max_len=max_len).P[0],
-              hint="column 2j holds sin(i * omega_j) and column 2j+1 cos(i * omega_j), with "
-                   "omega_j = 1 / 10000^(2j / d): the exponent uses 2j, the column index of the "
-                   "sine. Interleave them (P[:, 0::2], P[:, 1::2]); with an odd d the last sine "
-                   "has no cosine partner.")
+              hints=("Compare your table with the formula column by column: which columns hold "
+                     "sines, which cosines, and which exponent does each pair use? Try an odd "
+                     "width too.",
+                     "column 2j holds sin(i * omega_j) and column 2j+1 cos(i * omega_j), with "
+                     "omega_j = 1 / 10000^(2j / d): the exponent uses 2j, the column index of the "
+                     "sine. Interleave them (P[:, 0::2], P[:, 1::2]); with an odd d the last sine "
+                     "has no cosine partner."),
+              hint=hint)
 
 
 def _shift_matrix(delta: int, d: int) -> torch.Tensor:
@@ -43,7 +47,7 @@ def _shift_matrix(delta: int, d: int) -> torch.Tensor:
     return torch.block_diag(*blocks)
 
 
-def check_shift_matrix(fn: Callable, seed: int = 0) -> None:
+def check_shift_matrix(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     """fn(delta, d) -> M_delta (d, d) for an even width d: the block-diagonal matrix of the 2x2
     rotations by delta * omega_j that maps every row p_i of the sinusoidal table to p_{i+delta}."""
     generator = seeded_generator(seed)
@@ -55,10 +59,13 @@ def check_shift_matrix(fn: Callable, seed: int = 0) -> None:
              for what, delta, d in fixed + random]
     # float32 reference: a float32 answer is as right as a float64 one
     run_check("shift_matrix", fn, cases, reference=lambda delta, d: _shift_matrix(delta, d).float(),
-              hint="block j is [[cos(delta w_j), sin(delta w_j)], [-sin(delta w_j), "
-                   "cos(delta w_j)]] with w_j = 1 / 10000^(2j / d), placed on the diagonal "
-                   "(torch.block_diag); "
-                   "check that M @ p_i equals p_(i+delta) on the table of section 3.")
+              hints=("M_delta is block diagonal: one 2x2 rotation per pair of columns, each by "
+                     "its own angle. Check the angles and the signs of the sines.",
+                     "block j is [[cos(delta w_j), sin(delta w_j)], [-sin(delta w_j), cos(delta "
+                     "w_j)]] with w_j = 1 / 10000^(2j / d), placed on the diagonal "
+                     "(torch.block_diag); check that M @ p_i equals p_(i+delta) on the table of "
+                     "section 3."),
+              hint=hint)
 
 
 class _ReferenceRelativeAttention(nn.Module):

@@ -14,7 +14,7 @@ from .runner import run_check
 __all__ = ['check_self_attention', 'check_max_weights']
 
 
-def check_self_attention(fn: Callable, seed: int = 0) -> None:
+def check_self_attention(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     """fn(X, W_q, W_k, W_v) -> (Z, A), NumPy arrays: X (n, d_in), W_q and W_k (d_in, d),
     W_v (d_in, d_v); A = softmax(Q K^T / sqrt(d)) of shape (n, n), Z = A V of shape (n, d_v)."""
 
@@ -36,12 +36,16 @@ def check_self_attention(fn: Callable, seed: int = 0) -> None:
         return Z.numpy(), layer.attention_weights[0].numpy()
 
     run_check("self_attention", fn, cases, reference,
-              hint="Q, K, V = X @ W_q, X @ W_k, X @ W_v; divide Q @ K.T by sqrt(d), d being the "
-                   "width of the queries (W_q.shape[1], not X's); take the softmax of each row "
-                   "(axis=1); return (Z, A) in that order.")
+              hints=("Two things decide the result: the width the scores are divided by, and the "
+                     "axis along which each row of weights sums to 1. Check both, and the order "
+                     "of what you return.",
+                     "Q, K, V = X @ W_q, X @ W_k, X @ W_v; divide Q @ K.T by sqrt(d), d being the "
+                     "width of the queries (W_q.shape[1], not X's); take the softmax of each row "
+                     "(axis=1); return (Z, A) in that order."),
+              hint=hint)
 
 
-def check_max_weights(fn: Callable, seed: int = 0) -> None:
+def check_max_weights(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     """fn(Q, K, c) -> (n,) NumPy array: for each query (row of Q (n, d)), its largest attention
     weight in softmax(c Q K^T / sqrt(d)), the keys K being (m, d)."""
 
@@ -61,5 +65,8 @@ def check_max_weights(fn: Callable, seed: int = 0) -> None:
         return masked_softmax(scores)[0].max(dim=1).values.numpy()
 
     run_check("max_weights", fn, cases, reference,
-              hint="multiply the scores Q @ K.T / sqrt(d) by c before the softmax, take the "
-                   "softmax of each row, then the largest weight of each row (one per query).")
+              hints=("Where does the factor c enter: before the softmax or after it? The result "
+                     "has one number per query.",
+                     "multiply the scores Q @ K.T / sqrt(d) by c before the softmax, take the "
+                     "softmax of each row, then the largest weight of each row (one per query)."),
+              hint=hint)

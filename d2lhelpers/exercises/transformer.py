@@ -12,7 +12,7 @@ from .runner import run_check
 __all__ = ['check_layer_norm', 'check_causal_additive_mask']
 
 
-def check_layer_norm(fn: Callable, seed: int = 0) -> None:
+def check_layer_norm(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     """fn(X, eps=1e-5) -> X normalised over its last axis (each token's vector, of width d_model):
     (X - mean) / sqrt(var + eps), with the biased variance (dividing by d_model) and no learned
     scale or shift. X has any shape (..., d_model); the result has X's shape and dtype."""
@@ -31,12 +31,15 @@ def check_layer_norm(fn: Callable, seed: int = 0) -> None:
              for what, X, eps in fixed + random]
     run_check("layer_norm", fn, cases,
               reference=lambda X, eps: torch.nn.functional.layer_norm(X, X.shape[-1:], eps=eps),
-              hint="take the mean and the variance over the last axis (dim=-1, keepdim=True), the "
-                   "variance biased (unbiased=False: divide by d_model, not d_model - 1); return "
-                   "(X - mean) / sqrt(var + eps), eps inside the square root.")
+              hints=("Normalise each vector along its last axis. Which variance is it (divided by "
+                     "d_model or by d_model - 1), and where does eps go?",
+                     "take the mean and the variance over the last axis (dim=-1, keepdim=True), "
+                     "the variance biased (unbiased=False: divide by d_model, not d_model - 1); "
+                     "return (X - mean) / sqrt(var + eps), eps inside the square root."),
+              hint=hint)
 
 
-def check_causal_additive_mask(fn: Callable, seed: int = 0) -> None:
+def check_causal_additive_mask(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     """fn(T) -> the additive causal mask M (T, T), float: 0 on and below the diagonal, -inf above
     it, so that softmax(Q K^T / sqrt(d) + M) lets query i see keys 0 .. i only."""
     generator = seeded_generator(seed)
@@ -44,17 +47,20 @@ def check_causal_additive_mask(fn: Callable, seed: int = 0) -> None:
     sizes += [("", s["T"]) for s in random_sizes(generator, 2, T=(3, 12))]
     cases = [(case_label(what, f"T={T}"), (T,)) for what, T in sizes]
 
-    def mask(T):  # the learner's mask as a float tensor: -inf must stay -inf, 0 stay 0
-        M = fn(T)
+    def as_float_mask(M, T):  # compared as it is: -inf must stay -inf, 0 stay 0
         if not isinstance(M, torch.Tensor) or not M.is_floating_point():
             raise TypeError("expected a float tensor of 0 and -inf, got "
                             + (f"dtype {M.dtype}" if isinstance(M, torch.Tensor)
                                else type(M).__name__))
         return M
 
-    run_check("causal_additive_mask", mask, cases,
+    run_check("causal_additive_mask", fn, cases,
               reference=lambda T: torch.nn.Transformer.generate_square_subsequent_mask(T),
-              hint="M[i, j] = -inf when key j is in the future of query i (j > i), 0 otherwise "
-                   "(the diagonal included: a position sees itself); e.g. "
-                   "torch.full((T, T), float('-inf')).triu(diagonal=1). A float mask, not a "
-                   "boolean one: it is added to the scores.")
+              compare_through=("added to the scores as a float mask", as_float_mask),
+              hints=("The mask is added to the scores: what must be added where a key lies in the "
+                     "future, and what elsewhere? Does a position see itself?",
+                     "M[i, j] = -inf when key j is in the future of query i (j > i), 0 otherwise "
+                     "(the diagonal included: a position sees itself); e.g. torch.full((T, T), "
+                     "float('-inf')).triu(diagonal=1). A float mask, not a boolean one: it is "
+                     "added to the scores."),
+              hint=hint)

@@ -23,7 +23,7 @@ def _real_token_smoothing(logits, targets, valid_lens, eps, real_tokens):
     return ((1 - eps) * nll + eps * uniform).mean()
 
 
-def check_real_token_smoothing(fn: Callable, seed: int = 0) -> None:
+def check_real_token_smoothing(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     """fn(logits, targets, valid_lens, eps, real_tokens) -> the label-smoothed cross-entropy whose
     uniform part covers the real tokens only: the target distribution at a position is
     (1 - eps) on the target plus eps / R on each of the R tokens where ``real_tokens`` (V,) is
@@ -64,15 +64,18 @@ def check_real_token_smoothing(fn: Callable, seed: int = 0) -> None:
                            f"eps={args[3]:g}, {int(args[4].sum())} real tokens of {len(args[4])}"), args)
              for what, args in fixed + random]
     run_check("real_token_smoothing", fn, cases, reference=_real_token_smoothing,
-              hint="log_p = torch.log_softmax(logits, dim=-1) (never log(softmax): it underflows to "
-                   "-inf); the uniform part is the mean of -log_p over the real tokens only "
-                   "(log_p[..., real_tokens].mean(-1): divide by their number, not by V), so the "
-                   "-inf of a token that is not real never enters; keep the valid positions by "
-                   "selecting them (torch.where or indexing), never by multiplying with a 0/1 mask, "
-                   "since 0 * NaN is NaN.")
+              hints=("Read the input your function failed on: a huge logit, -inf logits, NaN in "
+                     "the padding? Each one trips a different step of the computation.",
+                     "log_p = torch.log_softmax(logits, dim=-1) (never log(softmax): it "
+                     "underflows to -inf); the uniform part is the mean of -log_p over the real "
+                     "tokens only (log_p[..., real_tokens].mean(-1): divide by their number, not "
+                     "by V), so the -inf of a token that is not real never enters; keep the valid "
+                     "positions by selecting them (torch.where or indexing), never by multiplying "
+                     "with a 0/1 mask, since 0 * NaN is NaN."),
+              hint=hint)
 
 
-def check_expand_beams(fn: Callable, seed: int = 0) -> None:
+def check_expand_beams(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     """fn(beam_log_probs, next_log_probs) -> (log_probs, parents, tokens), each (B, k): for every
     sentence, the k best of its k * V continuations (beam j extended by token v, with total
     log-probability beam_log_probs[b, j] + next_log_probs[b, j, v]), best first; parents[b, i]
@@ -106,7 +109,11 @@ def check_expand_beams(fn: Callable, seed: int = 0) -> None:
     run_check("expand_beams", fn, cases,
               reference=lambda beams, next_log_probs: select_beams(beams[..., None]
                                                                         + next_log_probs),
-              hint="add each beam's log-probability to its next-token log-probabilities, "
-                   "(B, k, 1) + (B, k, V); flatten each sentence's candidates to (B, k * V) and take "
-                   "topk(k, dim=-1) (largest first); candidate index c is beam c // V extended by "
-                   "token c % V.")
+              hints=("A candidate's score adds its beam's log-probability to its token's. Compare "
+                     "all k * V candidates of a sentence at once, then recover the beam and the "
+                     "token from the candidate's index.",
+                     "add each beam's log-probability to its next-token log-probabilities, (B, k, "
+                     "1) + (B, k, V); flatten each sentence's candidates to (B, k * V) and take "
+                     "topk(k, dim=-1) (largest first); candidate index c is beam c // V extended "
+                     "by token c % V."),
+              hint=hint)
