@@ -351,90 +351,9 @@ CHECKS = {
 }
 
 
-@pytest.mark.parametrize("check", sorted(CHECKS))
-@pytest.mark.parametrize("seed", [0, 1])
-def test_check_passes_a_right_answer(check, seed, capsys):
-    right, _ = CHECKS[check]
-    getattr(exercises, check)(right, seed=seed)
-    line = capsys.readouterr().out
-    assert line.startswith("Correct: ") and line.endswith(" checks.\n") and line.count("\n") == 1
-
-
-WRONG = [(check, mistake)
-         for check, (_, mistakes) in sorted(CHECKS.items()) for mistake in mistakes]
-
-
-@pytest.mark.parametrize("check, mistake", WRONG, ids=[f"{c}-{m}" for c, m in WRONG])
-def test_check_fails_a_plausible_wrong_answer_naming_the_input(check, mistake, capsys):
-    wrong, must_mention = CHECKS[check][1][mistake]
-    with pytest.raises(ExerciseCheckFailed) as failure:
-        getattr(exercises, check)(wrong)
-    message = str(failure.value)
-    assert must_mention in message
-    assert "on input " in message and "\nHint: " in message
-    assert "Correct" not in capsys.readouterr().out
-
-
-def test_every_check_of_the_module_is_tested():
-    assert {name for name in exercises.__all__ if name.startswith("check_")} == set(CHECKS)
-
-
-@pytest.mark.parametrize("check", sorted(CHECKS))
-def test_a_stub_is_reported_as_not_implemented(check):
-    def stub(*args):
-        raise NotImplementedError()
-
-    with pytest.raises(ExerciseCheckFailed, match="not implemented yet"):
-        getattr(exercises, check)(stub)
-
-
-@pytest.mark.parametrize("check", sorted(CHECKS))
-def test_checks_leave_the_global_random_state_alone(check):
-    torch.manual_seed(123)
-    expected = torch.rand(3)
-    torch.manual_seed(123)
-    getattr(exercises, check)(CHECKS[check][0])
-    assert torch.equal(torch.rand(3), expected)
-
-
-def test_checks_draw_other_cases_with_another_seed(capsys):
-    seen = []
-
-    def recording(queries, keys, W):
-        seen.append(tuple(queries.shape) + tuple(keys.shape))
-        return multiplicative_scores(queries, keys, W)
-
-    for seed in (0, 1):
-        exercises.check_multiplicative_scores(recording, seed=seed)
-    half = len(seen) // 2
-    assert seen[:4] == seen[half:half + 4]  # the fixed edge cases
-    assert seen[4:half] != seen[half + 4:]  # the random ones
-    with pytest.raises(ValueError, match="seed must be an int"):
-        exercises.check_multiplicative_scores(multiplicative_scores, seed="0")
-
-
-def test_float32_answers_pass_where_float32_is_enough(capsys):
-    exercises.check_shift_matrix(lambda delta, d: shift_matrix(delta, d).float())
-    exercises.check_sinusoidal_table(lambda max_len, d: sinusoidal_table(max_len, d).float())
-    assert capsys.readouterr().out.count("Correct: ") == 2
-
-
-def test_references_agree_with_the_package_and_the_definitions():
-    # the shift matrix maps every row of the package's table to the row delta further
-    P = d2lh.PositionalEncoding(16, max_len=40).P[0].double()
-    for delta in (-3, 0, 5):
-        M = shift_matrix_reference(delta, 16)
-        rows = range(max(0, -delta), 40 - max(0, delta))
-        shifted = P[[i + delta for i in rows]]
-        torch.testing.assert_close(P[list(rows)] @ M.T, shifted, atol=1e-6, rtol=0)
-    # Laplace pooling: the softmax form equals the kernel definition
-    exercises.check_laplace_pooling(laplace_pooling)
-
 
 # ---------------------------------------------------------------------------------------------
-# Notebooks 04 and 05: the "build it" exercises, whole modules. Their checks are reached through
-# their notebook's module of d2lhelpers.exercises; once d2lhelpers/exercises/__init__.py exports
-# them, move these entries into CHECKS (test_every_check_of_the_module_is_tested then asks for it).
+# Notebooks 04 and 05: the "build it" exercises, whole modules.
 
 
 def packed_self_attention(order=(0, 1, 2), transpose=True, scale="d_k", lens="interleave",
@@ -520,85 +439,112 @@ def relative_self_attention(sign=1, clip=True, bias_at="scores", scale_bias=Fals
     return RelativeSelfAttention
 
 
-BUILD_IT_CHECKS = {
-    "check_packed_self_attention": (exercises.multihead_attention, packed_self_attention(), {
-        "keys cut out first, then queries": (
-            packed_self_attention(order=(1, 0, 2)), "result 0 of the tuple: values differ"),
-        "heads split without the transpose": (
-            packed_self_attention(transpose=False), "values differ"),
-        "scaled by sqrt(d_model)": (packed_self_attention(scale="d_model"), "values differ"),
-        "repeat instead of repeat_interleave": (
-            packed_self_attention(lens="repeat"), "valid_lens (B,)"),
-        "mask forgotten": (packed_self_attention(lens="ignore"), "valid_lens (B,)"),
-        "-inf fill, NaN in an empty row": (
-            packed_self_attention(fill="-inf"),
-            "a sequence with valid length 0: result 0 of the tuple: the result holds NaN"),
-        "W_o forgotten": (packed_self_attention(project_out=False), "values differ"),
-        "weights kept with the heads folded into the batch": (
-            packed_self_attention(store="folded"), "result 1 of the tuple: expected shape"),
-        "one projection per input instead of W_qkv": (d2lh.MultiHeadAttention, "needs W_qkv"),
-    }),
-    "check_relative_self_attention": (exercises.positional_encoding, relative_self_attention(), {
-        "offset i - j instead of j - i": (relative_self_attention(sign=-1), "values differ"),
-        "offsets not clipped": (relative_self_attention(clip=False), "raised IndexError"),
-        "bias added to the weights": (
-            relative_self_attention(bias_at="weights"), "offsets beyond max_distance"),
-        "bias forgotten": (relative_self_attention(bias_at="none"), "values differ"),
-        "bias divided by sqrt(d) too": (relative_self_attention(scale_bias=True), "values differ"),
-        "mask forgotten": (relative_self_attention(mask=False), "valid_lens (B,)"),
-        "-inf fill, NaN in an empty row": (
-            relative_self_attention(fill="-inf"), "the result holds NaN"),
-    }),
-}
+# The learner's class is the answer: the checks build it and copy seeded weights into it.
+CHECKS["check_packed_self_attention"] = (packed_self_attention(), {
+    "keys cut out first, then queries": (
+        packed_self_attention(order=(1, 0, 2)), "result 0 of the tuple: values differ"),
+    "heads split without the transpose": (packed_self_attention(transpose=False), "values differ"),
+    "scaled by sqrt(d_model)": (packed_self_attention(scale="d_model"), "values differ"),
+    "repeat instead of repeat_interleave": (packed_self_attention(lens="repeat"), "valid_lens (B,)"),
+    "mask forgotten": (packed_self_attention(lens="ignore"), "valid_lens (B,)"),
+    "-inf fill, NaN in an empty row": (
+        packed_self_attention(fill="-inf"),
+        "a sequence with valid length 0: result 0 of the tuple: the result holds NaN"),
+    "W_o forgotten": (packed_self_attention(project_out=False), "values differ"),
+    "weights kept with the heads folded into the batch": (
+        packed_self_attention(store="folded"), "result 1 of the tuple: expected shape"),
+    "one projection per input instead of W_qkv": (d2lh.MultiHeadAttention, "needs W_qkv"),
+})
+CHECKS["check_relative_self_attention"] = (relative_self_attention(), {
+    "offset i - j instead of j - i": (relative_self_attention(sign=-1), "values differ"),
+    "offsets not clipped": (relative_self_attention(clip=False), "raised IndexError"),
+    "bias added to the weights": (
+        relative_self_attention(bias_at="weights"), "offsets beyond max_distance"),
+    "bias forgotten": (relative_self_attention(bias_at="none"), "values differ"),
+    "bias divided by sqrt(d) too": (relative_self_attention(scale_bias=True), "values differ"),
+    "mask forgotten": (relative_self_attention(mask=False), "valid_lens (B,)"),
+    "-inf fill, NaN in an empty row": (relative_self_attention(fill="-inf"), "the result holds NaN"),
+})
 
 
-def build_it_check(name):
-    return getattr(BUILD_IT_CHECKS[name][0], name)
-
-
-@pytest.mark.parametrize("check", sorted(BUILD_IT_CHECKS))
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_build_it_check_passes_a_right_answer(check, seed, capsys):
-    build_it_check(check)(BUILD_IT_CHECKS[check][1], seed=seed)
+@pytest.mark.parametrize("check", sorted(CHECKS))
+@pytest.mark.parametrize("seed", [0, 1])
+def test_check_passes_a_right_answer(check, seed, capsys):
+    right, _ = CHECKS[check]
+    getattr(exercises, check)(right, seed=seed)
     line = capsys.readouterr().out
     assert line.startswith("Correct: ") and line.endswith(" checks.\n") and line.count("\n") == 1
 
 
-BUILD_IT_WRONG = [(check, mistake) for check, (_, _, mistakes) in sorted(BUILD_IT_CHECKS.items())
-                  for mistake in mistakes]
+WRONG = [(check, mistake)
+         for check, (_, mistakes) in sorted(CHECKS.items()) for mistake in mistakes]
 
 
-@pytest.mark.parametrize("check, mistake", BUILD_IT_WRONG,
-                         ids=[f"{c}-{m}" for c, m in BUILD_IT_WRONG])
-def test_build_it_check_fails_a_plausible_wrong_answer_naming_the_input(check, mistake, capsys):
-    wrong, must_mention = BUILD_IT_CHECKS[check][2][mistake]
+@pytest.mark.parametrize("check, mistake", WRONG, ids=[f"{c}-{m}" for c, m in WRONG])
+def test_check_fails_a_plausible_wrong_answer_naming_the_input(check, mistake, capsys):
+    wrong, must_mention = CHECKS[check][1][mistake]
     with pytest.raises(ExerciseCheckFailed) as failure:
-        build_it_check(check)(wrong)
+        getattr(exercises, check)(wrong)
     message = str(failure.value)
     assert must_mention in message
     assert "on input " in message and "\nHint: " in message
     assert "Correct" not in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("check", sorted(BUILD_IT_CHECKS))
-def test_build_it_stub_is_reported_as_not_implemented(check):
-    right = BUILD_IT_CHECKS[check][1]
+def test_every_check_of_the_module_is_tested():
+    assert {name for name in exercises.__all__ if name.startswith("check_")} == set(CHECKS)
 
-    class Stub(right):  # the student copy: __init__ given, forward not written yet
-        def forward(self, X, valid_lens=None):
-            raise NotImplementedError()
+
+@pytest.mark.parametrize("check", sorted(CHECKS))
+def test_a_stub_is_reported_as_not_implemented(check):
+    def stub(*args):
+        raise NotImplementedError()
 
     with pytest.raises(ExerciseCheckFailed, match="not implemented yet"):
-        build_it_check(check)(Stub)
+        getattr(exercises, check)(stub)
 
 
-@pytest.mark.parametrize("check", sorted(BUILD_IT_CHECKS))
-def test_build_it_checks_leave_the_global_random_state_alone(check):
+@pytest.mark.parametrize("check", sorted(CHECKS))
+def test_checks_leave_the_global_random_state_alone(check):
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    build_it_check(check)(BUILD_IT_CHECKS[check][1])
+    getattr(exercises, check)(CHECKS[check][0])
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_checks_draw_other_cases_with_another_seed(capsys):
+    seen = []
+
+    def recording(queries, keys, W):
+        seen.append(tuple(queries.shape) + tuple(keys.shape))
+        return multiplicative_scores(queries, keys, W)
+
+    for seed in (0, 1):
+        exercises.check_multiplicative_scores(recording, seed=seed)
+    half = len(seen) // 2
+    assert seen[:4] == seen[half:half + 4]  # the fixed edge cases
+    assert seen[4:half] != seen[half + 4:]  # the random ones
+    with pytest.raises(ValueError, match="seed must be an int"):
+        exercises.check_multiplicative_scores(multiplicative_scores, seed="0")
+
+
+def test_float32_answers_pass_where_float32_is_enough(capsys):
+    exercises.check_shift_matrix(lambda delta, d: shift_matrix(delta, d).float())
+    exercises.check_sinusoidal_table(lambda max_len, d: sinusoidal_table(max_len, d).float())
+    assert capsys.readouterr().out.count("Correct: ") == 2
+
+
+def test_references_agree_with_the_package_and_the_definitions():
+    # the shift matrix maps every row of the package's table to the row delta further
+    P = d2lh.PositionalEncoding(16, max_len=40).P[0].double()
+    for delta in (-3, 0, 5):
+        M = shift_matrix_reference(delta, 16)
+        rows = range(max(0, -delta), 40 - max(0, delta))
+        shifted = P[[i + delta for i in rows]]
+        torch.testing.assert_close(P[list(rows)] @ M.T, shifted, atol=1e-6, rtol=0)
+    # Laplace pooling: the softmax form equals the kernel definition
+    exercises.check_laplace_pooling(laplace_pooling)
 
 
 def test_reference_of_the_relative_bias_is_the_definition():

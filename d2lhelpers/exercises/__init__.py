@@ -28,8 +28,10 @@ from __future__ import annotations
 from .queries_keys_values import check_self_attention, check_max_weights
 from .nadaraya_watson import check_laplace_pooling, check_loo_error
 from .attention_scoring import check_multiplicative_scores, check_causal_lens
-from .multihead_attention import check_per_head_weights, check_to_torch_multihead
-from .positional_encoding import check_sinusoidal_table, check_shift_matrix
+from .multihead_attention import (check_per_head_weights, check_to_torch_multihead,
+                                  check_packed_self_attention)
+from .positional_encoding import (check_sinusoidal_table, check_shift_matrix,
+                                  check_relative_self_attention)
 from .transformer import check_layer_norm, check_causal_additive_mask
 from .transformer_in_practice import check_real_token_smoothing, check_expand_beams
 from .bahdanau_attention import check_gru_cell, check_luong_step
@@ -46,8 +48,10 @@ __all__ = [
     "check_causal_lens",
     "check_per_head_weights",
     "check_to_torch_multihead",
+    "check_packed_self_attention",
     "check_sinusoidal_table",
     "check_shift_matrix",
+    "check_relative_self_attention",
     "check_layer_norm",
     "check_causal_additive_mask",
     "check_real_token_smoothing",

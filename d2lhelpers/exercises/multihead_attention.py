@@ -142,7 +142,7 @@ def _self_attention_cases(generator) -> list[tuple[str, tuple]]:
     return cases
 
 
-def check_packed_self_attention(cls: type, seed: int = 0) -> None:
+def check_packed_self_attention(cls: type, seed: int = 0, hint: int = 1) -> None:
     """cls(d_model, num_heads): multi-head self-attention with one packed projection
     ``W_qkv = nn.Linear(d_model, 3 * d_model, bias=False)`` (output features: queries, then keys,
     then values) and ``W_o = nn.Linear(d_model, d_model, bias=False)``; ``forward(X, valid_lens)``
@@ -170,9 +170,12 @@ def check_packed_self_attention(cls: type, seed: int = 0) -> None:
             return mha(X, X, X, valid_lens), mha.attention_weights
 
     run_check("PackedSelfAttention", learner, cases, reference,
-              hint="result 0 is forward's output, result 1 its attention_weights. Cut W_qkv(X) "
-                   "into queries, keys and values along the last axis (in that order), split "
-                   "each into h heads of width d_k = d_model / h with the head axis next to the "
-                   "batch axis, scale the scores by sqrt(d_k), give every head of sequence b the "
-                   "lengths of b, use d2lh.masked_softmax (a row with no valid key stays 0), then "
-                   "put the heads' outputs side by side again before W_o.")
+              hints=("Result 0 is forward's output, result 1 its attention_weights. Follow one "
+                     "head from the packed projection to the output: which features are its "
+                     "queries, its keys, its values, and which valid lengths does it use?",
+                     "cut W_qkv(X) into queries, keys and values along the last axis (in that "
+                     "order), split each into h heads of width d_k = d_model / h with the head "
+                     "axis next to the batch axis, scale the scores by sqrt(d_k), give every head "
+                     "of sequence b the lengths of b, use d2lh.masked_softmax (a row with no valid "
+                     "key stays 0), then put the heads' outputs side by side again before W_o."),
+              hint=hint)

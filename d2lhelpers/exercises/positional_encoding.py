@@ -90,7 +90,7 @@ def _relative_self_attention(module: nn.Module, X: torch.Tensor, valid_lens) -> 
     return weights @ module.W_v(X), weights
 
 
-def check_relative_self_attention(cls: type, seed: int = 0) -> None:
+def check_relative_self_attention(cls: type, seed: int = 0, hint: int = 1) -> None:
     """cls(d_model, max_distance): one head of self-attention with a learned bias for each
     relative offset: score[i, j] = q_i . k_j / sqrt(d_model) + relative_bias[max_distance + delta],
     delta = j - i clipped to [-max_distance, max_distance]. It holds ``W_q``, ``W_k``, ``W_v``
@@ -150,9 +150,12 @@ def check_relative_self_attention(cls: type, seed: int = 0) -> None:
             return _relative_self_attention(module, X, valid_lens)
 
     run_check("RelativeSelfAttention", learner, cases, reference,
-              hint="result 0 is forward's output, result 1 its attention_weights. Build the "
-                   "(T, T) table of offsets j - i (key minus query), clip it to "
-                   "[-max_distance, max_distance], shift it by max_distance to index "
-                   "relative_bias, and add that bias to the scaled scores before "
-                   "d2lh.masked_softmax.")
-
+              hints=("Result 0 is forward's output, result 1 its attention_weights. For one query "
+                     "i and one key j, which entry of relative_bias belongs to them, also when "
+                     "they are further apart than max_distance, and where in the computation is "
+                     "it added?",
+                     "build the (T, T) table of offsets j - i (key minus query), clip it to "
+                     "[-max_distance, max_distance], shift it by max_distance to index "
+                     "relative_bias, and add that bias to the scaled scores before "
+                     "d2lh.masked_softmax."),
+              hint=hint)
