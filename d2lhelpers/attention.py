@@ -246,13 +246,13 @@ class KVCache:
     def __len__(self) -> int:
         return 0 if self.keys is None else self.keys.shape[2]
 
-    def append(self, new: KVCache) -> None:
-        """Add the positions of ``new`` (B, h, T_new, d_k) after the cached ones."""
+    def append(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Add the keys and values (B, h, T_new, d_k) of new positions after the cached ones."""
         if self.keys is None:
-            self.keys, self.values = new.keys, new.values
+            self.keys, self.values = keys, values
         else:  # (B, h, T_cached, d_k) + (B, h, T_new, d_k) -> (B, h, T_cached + T_new, d_k)
-            self.keys = torch.cat([self.keys, new.keys], dim=2)
-            self.values = torch.cat([self.values, new.values], dim=2)
+            self.keys = torch.cat([self.keys, keys], dim=2)
+            self.values = torch.cat([self.values, values], dim=2)
 
     def reorder(self, rows: torch.Tensor) -> None:
         """Keep the rows ``rows`` (B_new,) of the batch, in that order: row r becomes old row

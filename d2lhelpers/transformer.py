@@ -196,7 +196,8 @@ class DecoderBlock(nn.Module):
         causal = causal_valid_lens(B, T, len(self_cache), X.device)  # (B, T): 1 + offset .. T + offset
 
         def masked_self_attend(x):  # the new positions join the cache, then attend to all of it
-            self_cache.append(self.self_attention.project_keys_values(x, x))
+            new = self.self_attention.project_keys_values(x, x)  # (B, h, T_new, d_k) each
+            self_cache.append(new.keys, new.values)
             return self.self_attention.attend(x, self_cache, causal, need_weights)
 
         def cross_attend(x):  # queries from the decoder, keys and values from the encoder

@@ -145,7 +145,8 @@ def test_kv_cache_step_by_step_equals_full_causal(dtype, tol, need_weights):
     assert len(cache) == 0
     for t in range(6):
         x_t = X[:, t : t + 1]  # the t-th token alone: (B, 1, d_model)
-        cache.append(ours.project_keys_values(x_t, x_t))
+        new = ours.project_keys_values(x_t, x_t)
+        cache.append(new.keys, new.values)
         step = ours.attend(x_t, cache, need_weights=need_weights)  # sees positions 0 .. t
         assert len(cache) == t + 1  # the cache grows by one position per step
         assert cache.keys.shape == cache.values.shape == (2, 3, t + 1, 4)  # (B, h, t+1, d_k)
@@ -166,7 +167,8 @@ def test_kv_cache_with_several_new_positions_and_a_mask():
     cache = d2lh.KVCache()
     outputs = []
     for chunk, lens in ((X[:, :2], causal_valid_lens(1, 2)), (X[:, 2:], torch.tensor([[3, 4, 5]]))):
-        cache.append(ours.project_keys_values(chunk, chunk))
+        new = ours.project_keys_values(chunk, chunk)
+        cache.append(new.keys, new.values)
         outputs.append(ours.attend(chunk, cache, lens))
     assert len(cache) == 5
     torch.testing.assert_close(torch.cat(outputs, dim=1), full)

@@ -32,7 +32,8 @@ from .multihead_attention import (check_per_head_weights, check_to_torch_multihe
                                   check_packed_self_attention)
 from .positional_encoding import (check_sinusoidal_table, check_shift_matrix,
                                   check_relative_self_attention)
-from .transformer import check_layer_norm, check_causal_additive_mask
+from .transformer import check_cached_block_step, check_causal_additive_mask, check_layer_norm
+from .translation import check_cached_greedy_decode
 from .transformer_in_practice import check_real_token_smoothing, check_expand_beams
 from .bahdanau_attention import check_gru_cell, check_luong_step
 from .runner import ExerciseCheckFailed, run_check
@@ -54,6 +55,8 @@ __all__ = [
     "check_relative_self_attention",
     "check_layer_norm",
     "check_causal_additive_mask",
+    "check_cached_block_step",
+    "check_cached_greedy_decode",
     "check_real_token_smoothing",
     "check_expand_beams",
     "check_gru_cell",

@@ -6,10 +6,12 @@ from collections.abc import Callable
 
 import torch
 
-from .cases import seeded_generator, randn, random_sizes, case_label
+from ..attention import KVCache
+from ..transformer import DecoderBlock
+from .cases import case_label, randint, randn, random_module, random_sizes, seeded_generator
 from .runner import run_check
 
-__all__ = ['check_layer_norm', 'check_causal_additive_mask']
+__all__ = ['check_layer_norm', 'check_causal_additive_mask', 'check_cached_block_step']
 
 
 def check_layer_norm(fn: Callable, seed: int = 0, hint: int = 1) -> None:
@@ -64,3 +66,54 @@ def check_causal_additive_mask(fn: Callable, seed: int = 0, hint: int = 1) -> No
                      "float('-inf')).triu(diagonal=1). A float mask, not a boolean one: it is "
                      "added to the scores."),
               hint=hint)
+
+
+def _run_steps(step, block, X, chunk_sizes, enc_outputs, enc_valid_lens):
+    """Feed X (B, T, d_model) to ``step`` in chunks of the given sizes, with one KVCache; return
+    the outputs of every step, concatenated: (B, T, d_model). A step that does not keep the cache
+    right gives wrong outputs at the steps after it."""
+    cross = block.cross_attention
+    enc_keys = cross.split_heads(cross.W_k(enc_outputs))  # (B, h, T_src, d_k), projected once
+    enc_values = cross.split_heads(cross.W_v(enc_outputs))
+    cache, outputs, start = KVCache(), [], 0
+    for size in chunk_sizes:
+        outputs.append(step(block, X[:, start:start + size], cache, enc_keys, enc_values,
+                            enc_valid_lens))
+        start += size
+    return torch.cat(outputs, dim=1)
+
+
+def check_cached_block_step(fn: Callable, seed: int = 0) -> None:
+    """fn(block, x, cache, enc_keys, enc_values, enc_valid_lens) -> the outputs (B, T_new, d_model)
+    of a decoder block (post-norm or pre-norm) on new positions x, which it appends to ``cache``
+    (a KVCache) before attending causally to all of it, then to the encoder's projected keys and
+    values (B, h, T_src, d_k). Checked over several steps against ``DecoderBlock.step``."""
+    generator = seeded_generator(seed)
+    fixed = [("one position per step", False, (1, 1, 1, 1), 4),
+             ("one position per step", True, (1, 1, 1), 4),
+             ("several positions per step", False, (3, 2), 4),
+             ("several positions per step", True, (2, 1, 3), 2)]
+    random = [("", bool(randint(generator, 0, 1)), (s["first"], s["second"]), 2)
+              for s in random_sizes(generator, 2, first=(1, 4), second=(1, 3))]
+    cases = []
+    for what, norm_first, chunks, heads in fixed + random:
+        block = random_module(DecoderBlock(8, heads, 16, dropout=0.0, norm_first=norm_first), generator)
+        B, T_src = 2, int(randint(generator, 2, 6))
+        X, enc_outputs = randn(generator, B, sum(chunks), 8), randn(generator, B, T_src, 8)
+        enc_valid_lens = torch.tensor([T_src, int(randint(generator, 1, T_src))])
+        label = (f"{'pre' if norm_first else 'post'}-norm block, d_model=8, h={heads}, steps of "
+                 f"{list(chunks)} positions, T_src={T_src}, enc_valid_lens={enc_valid_lens.tolist()}")
+        cases.append((case_label(what, label), (block, X, chunks, enc_outputs, enc_valid_lens)))
+
+    def reference_step(block, x, cache, enc_keys, enc_values, enc_valid_lens):
+        return block.step(x, cache, KVCache(enc_keys, enc_values), enc_valid_lens)
+
+    with torch.no_grad():
+        run_check("cached_block_step", lambda *args: _run_steps(fn, *args), cases,
+                  reference=lambda *args: _run_steps(reference_step, *args),
+                  hint="per sublayer: post-norm is norm(x + f(x)), pre-norm x + f(norm(x)), chosen "
+                       "by block.add_normN.norm_first. In the masked self-attention, append the new "
+                       "positions' keys and values (from the same input as the queries) before "
+                       "attending, and give the i-th new position the causal length offset + i + 1, "
+                       "offset being the number of positions cached before this step. (The outputs "
+                       "shown are those of all steps, side by side along the position axis.)")
