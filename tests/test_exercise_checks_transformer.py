@@ -70,3 +70,39 @@ def test_cached_block_step_catches_plausible_mistakes(mistake, where):
                                                   f".*{where}") as failure:
         d2lh.exercises.check_cached_block_step(cached_block_step(**mistake))
     assert "Hint: " in str(failure.value)
+
+
+def cached_greedy_decode(keep_bos=False, stop_early=True, fill_eos=True, feed_prefix=False):
+    """Greedy decoding with the cache, right by default; each flag flipped is a plausible mistake."""
+
+    @torch.no_grad()
+    def decode(model, src, src_valid_len, bos, eos, max_len):
+        model.eval()
+        state = model.decoder.init_state(model.encoder(src, src_valid_len), src_valid_len)
+        tokens = torch.full((src.shape[0], 1), bos)
+        finished = torch.zeros(src.shape[0], dtype=torch.bool)
+        for _ in range(max_len):
+            fed = tokens if feed_prefix else tokens[:, -1:]  # the whole prefix: the cache doubles up
+            next_token = model.decoder.step(fed, state)[:, -1].argmax(dim=-1)
+            if fill_eos:
+                next_token = next_token.masked_fill(finished, eos)
+            tokens = torch.cat([tokens, next_token[:, None]], dim=1)
+            finished |= next_token == eos
+            if stop_early and finished.all():
+                break
+        return tokens if keep_bos else tokens[:, 1:]
+
+    return decode
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_cached_greedy_decode_passes_a_right_answer(seed, capsys):
+    d2lh.exercises.check_cached_greedy_decode(cached_greedy_decode(), seed=seed)
+    assert capsys.readouterr().out.startswith("Correct: cached_greedy_decode passed all")
+
+
+@pytest.mark.parametrize("mistake", [dict(keep_bos=True), dict(stop_early=False),
+                                     dict(fill_eos=False), dict(feed_prefix=True)])
+def test_cached_greedy_decode_catches_plausible_mistakes(mistake):
+    with pytest.raises(ExerciseCheckFailed, match="cached_greedy_decode is not right yet on input"):
+        d2lh.exercises.check_cached_greedy_decode(cached_greedy_decode(**mistake))

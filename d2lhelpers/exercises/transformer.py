@@ -83,7 +83,7 @@ def _run_steps(step, block, X, chunk_sizes, enc_outputs, enc_valid_lens):
     return torch.cat(outputs, dim=1)
 
 
-def check_cached_block_step(fn: Callable, seed: int = 0) -> None:
+def check_cached_block_step(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     """fn(block, x, cache, enc_keys, enc_values, enc_valid_lens) -> the outputs (B, T_new, d_model)
     of a decoder block (post-norm or pre-norm) on new positions x, which it appends to ``cache``
     (a KVCache) before attending causally to all of it, then to the encoder's projected keys and
@@ -111,9 +111,14 @@ def check_cached_block_step(fn: Callable, seed: int = 0) -> None:
     with torch.no_grad():
         run_check("cached_block_step", lambda *args: _run_steps(fn, *args), cases,
                   reference=lambda *args: _run_steps(reference_step, *args),
-                  hint="per sublayer: post-norm is norm(x + f(x)), pre-norm x + f(norm(x)), chosen "
-                       "by block.add_normN.norm_first. In the masked self-attention, append the new "
-                       "positions' keys and values (from the same input as the queries) before "
-                       "attending, and give the i-th new position the causal length offset + i + 1, "
-                       "offset being the number of positions cached before this step. (The outputs "
-                       "shown are those of all steps, side by side along the position axis.)")
+                  hints=("Which sublayer's input is normalised in pre-norm, and what does post-norm "
+                         "normalise instead? Which positions may the i-th new position see, counting "
+                         "those cached at earlier steps?",
+                         "Per sublayer: post-norm is norm(x + f(x)), pre-norm x + f(norm(x)), chosen "
+                         "by block.add_normN.norm_first. In the masked self-attention, append the new "
+                         "positions' keys and values (projected from the same input as the queries) "
+                         "before attending, and give the i-th new position the causal length "
+                         "offset + i + 1, offset being the number of positions cached before this "
+                         "step. (The outputs shown are those of all steps, side by side along the "
+                         "position axis.)"),
+                  hint=hint)

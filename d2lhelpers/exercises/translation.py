@@ -14,35 +14,66 @@ from .runner import run_check
 __all__ = ["check_cached_greedy_decode"]
 
 
-def check_cached_greedy_decode(fn: Callable, seed: int = 0) -> None:
+def _random_translator(generator, norm_first: bool) -> Transformer:
+    """A small Transformer with seeded weights whose outputs depend on its inputs (LayerNorms and
+    the output bias as after initialisation, so that no bias drowns the tokens' differences)."""
+    model = random_module(Transformer(11, 13, d_model=8, num_heads=2, ffn_hidden=16, num_layers=2,
+                                      dropout=0.0, norm_first=norm_first), generator)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.fill_(1.0)
+                module.bias.zero_()
+        model.decoder.output.bias.zero_()
+    return model
+
+
+def _finishing_case(generator, B: int, max_len: int, norm_first: bool, bos: int, V_tgt: int):
+    """A model, a batch and an <eos> such that sentence 0 produces <eos> first and, left to
+    itself, something else right after (so that a finished sentence must be made to repeat
+    <eos>), and at least one sentence does not produce <eos> at its first step."""
+    for _ in range(50):
+        model = _random_translator(generator, norm_first)
+        T_src = int(randint(generator, 2, 6))
+        src = randint(generator, 3, 10, (B, T_src))
+        src_valid_len = randint(generator, 1, T_src, (B,))
+        free = greedy_decode(model, src, src_valid_len, bos, V_tgt, max(max_len, 2))  # no <eos>
+        eos = int(free[0, 0])
+        if free[0, 1] != eos and (B == 1 or bool((free[1:, 0] != eos).any())):
+            return model, src, src_valid_len, eos
+    raise RuntimeError("no suitable random model found: change the seed")
+
+
+def check_cached_greedy_decode(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     """fn(model, src, src_valid_len, bos, eos, max_len) -> (B, T_out) greedy tokens, <bos> left
     out, as ``d2lh.greedy_decode`` gives them: the decoder fed the newest token only, with the
     state of ``model.decoder.init_state``; finished sentences keep emitting <eos>; the loop stops
     once every sentence has finished, or after max_len tokens."""
     generator = seeded_generator(seed)
-    V_src, V_tgt, bos = 11, 13, 1
+    V_tgt, bos = 13, 1
     cases = []
-    for what, B, max_len, eos_kind, norm_first in [
-            ("<eos> never comes: every sentence runs to max_len", 3, 6, "never", False),
-            ("sentence 0 finishes at its first token, the others later or never", 4, 8, "early", False),
-            ("a single sentence, pre-norm", 1, 7, "early", True),
-            ("max_len = 1", 2, 1, "early", False),
-            ("", 5, 9, "early", bool(randint(generator, 0, 1)))]:
-        model = random_module(Transformer(V_src, V_tgt, d_model=8, num_heads=2, ffn_hidden=16,
-                                          num_layers=2, dropout=0.0, norm_first=norm_first), generator)
-        T_src = int(randint(generator, 2, 6))
-        src = randint(generator, 3, V_src - 1, (B, T_src))
-        src_valid_len = randint(generator, 1, T_src, (B,))
-        if eos_kind == "never":
+    for what, B, max_len, finishing, norm_first in [
+            ("<eos> never comes: every sentence runs to max_len", 3, 6, False, False),
+            ("sentence 0 finishes at its first token, the others later or never", 4, 8, True, False),
+            ("a single sentence, pre-norm", 1, 7, True, True),
+            ("max_len = 1", 2, 1, True, False),
+            ("", 5, 9, True, bool(randint(generator, 0, 1)))]:
+        if finishing:
+            model, src, src_valid_len, eos = _finishing_case(generator, B, max_len, norm_first,
+                                                             bos, V_tgt)
+        else:
+            model = _random_translator(generator, norm_first)
+            src, src_valid_len = randint(generator, 3, 10, (B, 5)), randint(generator, 1, 5, (B,))
             eos = V_tgt  # one past the vocabulary: the model can never produce it
-        else:  # the token sentence 0 produces first, so that it finishes at once
-            eos = int(greedy_decode(model, src[:1], src_valid_len[:1], bos, V_tgt, 1)[0, 0])
-        label = (f"B={B}, T_src={T_src}, src_valid_len={src_valid_len.tolist()}, bos={bos}, "
+        label = (f"B={B}, src {tuple(src.shape)}, src_valid_len={src_valid_len.tolist()}, bos={bos}, "
                  f"eos={eos}, max_len={max_len}")
         cases.append((case_label(what, label), (model, src, src_valid_len, bos, eos, max_len)))
     run_check("cached_greedy_decode", fn, cases, reference=greedy_decode,
-              hint="encode once; state = model.decoder.init_state(enc_outputs, src_valid_len); at "
-                   "each step feed only the newest tokens, (B, 1), to model.decoder.step(tokens, "
-                   "state) and take the argmax of the last position; set the finished rows' token "
-                   "to eos before appending; stop when all rows are finished. Return only the "
-                   "generated tokens, without the <bos> column.")
+              hints=("Compare the number of tokens you return with the expected number: when does "
+                     "the loop stop, and what do finished sentences emit meanwhile?",
+                     "Encode once; state = model.decoder.init_state(enc_outputs, src_valid_len); at "
+                     "each step feed only the newest tokens, (B, 1), to model.decoder.step(tokens, "
+                     "state) and take the argmax of the last position; set the finished rows' token "
+                     "to eos before appending; stop when all rows are finished. Return only the "
+                     "generated tokens, without the <bos> column."),
+              hint=hint)
