@@ -155,12 +155,11 @@ def expected_points(source, kind: str) -> dict[str, float]:
     return {check: 1.0 if check in solved else 0.0 for _, check in pairs}
 
 
-def autograde(course: pathlib.Path, sources: dict, kind: str, env: dict | None = None) -> Graded:
-    """Write the submission ``kind`` (its student id) of every notebook, autograde it, and read
-    its points from the gradebook."""
-    from nbgrader.api import Gradebook
-
-    folder = course / "submitted" / kind / ASSIGNMENT
+def write_submission(course: pathlib.Path, sources: dict, kind: str,
+                     student: str | None = None) -> dict:
+    """Write the submission ``kind`` of every notebook into submitted/, for ``student`` (by
+    default the kind's name); return the automatic points expected for each (notebook, check)."""
+    folder = course / "submitted" / (student or kind) / ASSIGNMENT
     folder.mkdir(parents=True)
     expected = {}
     for name, source in sources.items():
@@ -168,29 +167,44 @@ def autograde(course: pathlib.Path, sources: dict, kind: str, env: dict | None =
         nbformat.write(submission(release, source, kind), folder / name)
         expected.update({(name, check): points
                          for check, points in expected_points(source, kind).items()})
-    start = time.perf_counter()
-    result = nbgrader(course, "autograde", ASSIGNMENT, "--student", kind, env=env)
-    seconds = time.perf_counter() - start
-    points, graded = {}, {}
-    if result.returncode == 0:
-        with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
-            for name in sources:
-                notebook = gradebook.find_submission_notebook(name.removesuffix(".ipynb"),
-                                                              ASSIGNMENT, kind)
-                points.update({(name, grade.name): grade.auto_score for grade in notebook.grades
-                               if grade.cell_type == "code"})
-        graded = {name: nbformat.read(course / "autograded" / kind / ASSIGNMENT / name,
-                                      as_version=4) for name in sources}
-    return Graded(kind, points, expected, seconds, result.stderr, graded)
+    return expected
 
 
-def round_trip(notebooks: list[pathlib.Path], course: pathlib.Path,
-               kinds=SUBMISSIONS) -> list[Graded]:
-    """Generate the assignment from ``notebooks`` in the empty folder ``course``, then autograde
-    each submission kind, one at a time."""
+def graded(course: pathlib.Path, sources: dict, kind: str, expected: dict, seconds: float,
+           log: str) -> Graded:
+    """The points the gradebook holds for the submission ``kind``, and its graded notebooks."""
+    from nbgrader.api import Gradebook
+
+    points = {}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        for name in sources:
+            notebook = gradebook.find_submission_notebook(name.removesuffix(".ipynb"),
+                                                          ASSIGNMENT, kind)
+            points.update({(name, grade.name): grade.auto_score for grade in notebook.grades
+                           if grade.cell_type == "code"})
+    notebooks = {name: nbformat.read(course / "autograded" / kind / ASSIGNMENT / name,
+                                     as_version=4) for name in sources}
+    return Graded(kind, points, expected, seconds, log, notebooks)
+
+
+def round_trip(notebooks: list[pathlib.Path], course: pathlib.Path, kinds=SUBMISSIONS,
+               one_by_one: bool = True) -> list[Graded]:
+    """Generate the assignment from ``notebooks`` in the empty folder ``course``, write each
+    submission kind, and autograde them: one ``nbgrader autograde`` per submission (timed), or
+    all in one run (quicker; each submission's seconds are then those of the whole run)."""
     generate_assignment(course, notebooks)
     sources = {path.name: nbformat.read(path, as_version=4) for path in notebooks}
-    return [autograde(course, sources, kind) for kind in kinds]
+    expected = {kind: write_submission(course, sources, kind) for kind in kinds}
+    runs = {}
+    for students in ([[kind] for kind in kinds] if one_by_one else [list(kinds)]):
+        start = time.perf_counter()
+        result = nbgrader(course, "autograde", ASSIGNMENT,
+                          *(["--student", students[0]] if one_by_one else []))
+        seconds = time.perf_counter() - start
+        if result.returncode != 0:
+            raise RuntimeError(f"nbgrader autograde failed:\n{result.stderr}")
+        runs.update({student: (seconds, result.stderr) for student in students})
+    return [graded(course, sources, kind, expected[kind], *runs[kind]) for kind in kinds]
 
 
 def main() -> int:

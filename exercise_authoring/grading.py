@@ -13,6 +13,7 @@ This module needs nbconvert (installed with nbgrader); the rest of the package d
 from __future__ import annotations
 
 from nbconvert.preprocessors import Preprocessor
+from traitlets import Bool
 
 from .nbgrader_metadata import SETUP_GRADE_ID
 
@@ -26,6 +27,8 @@ class SetupCellFailed(RuntimeError):
 class RequireSetupCell(Preprocessor):
     """Raise :class:`SetupCellFailed` if the executed notebook's setup cell (the cell whose
     nbgrader grade id is "setup") holds an error; notebooks without one pass unchanged."""
+
+    enabled = Bool(True, help="nbconvert runs only enabled preprocessors").tag(config=True)
 
     def preprocess(self, nb, resources):
         for cell in nb.cells:

@@ -514,12 +514,12 @@ def test_require_setup_cell_raises_when_the_setup_cell_failed():
     notebook = nbformat.v4.new_notebook(cells=[setup, nbformat.v4.new_code_cell("1 / 0")])
     notebook.cells[1].outputs = [nbformat.v4.new_output("error", ename="ZeroDivisionError",
                                                         evalue="division by zero", traceback=[])]
-    RequireSetupCell().preprocess(notebook, {})  # an error elsewhere is the learner's
+    RequireSetupCell()(notebook, {})  # as nbconvert calls it; an error elsewhere is the learner's
     setup.outputs = [nbformat.v4.new_output("error", ename="ModuleNotFoundError",
                                             evalue="needs d2lhelpers", traceback=[])]
     with pytest.raises(SetupCellFailed, match="setup cell failed in the grading kernel, so every "
                                               "check would score 0: ModuleNotFoundError: needs"):
-        RequireSetupCell().preprocess(notebook, {})
+        RequireSetupCell()(notebook, {})
 
 
 def test_exercises_module_is_reachable_from_the_package():
