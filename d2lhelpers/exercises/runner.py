@@ -160,9 +160,10 @@ def run_check(name: str, learner_fn: Callable, cases: Sequence[tuple[str, tuple]
     cases: (description, args) pairs. Results may be tensors, NumPy arrays, numbers, or tuples
     of them. hints: the steps of the hint, from a nudge to the full explanation (a string is
     one step); a failure shows the first ``hint`` of them (0: none) and says how to see more.
-    compare_through: (what, fn) when several answers are right (valid lengths that mask alike,
-    a layer judged by its outputs): ``fn(result, *args)`` is compared instead of the results
-    themselves, and ``what`` (e.g. "applied to the inputs") says how the result was used.
+    compare_through: (what, fn) for results judged by what they do (valid lengths by the
+    weights they give, a layer by its outputs): ``fn(result, *args)`` is compared instead of
+    the results themselves, and ``what`` (e.g. "applied to the inputs") says how the result
+    was used; the message still shows the results themselves.
 
     Raises :class:`ExerciseCheckFailed` naming the failing input, showing the learner's own
     result against the expected one, and the hints; also when the learner's function modifies
@@ -171,10 +172,9 @@ def run_check(name: str, learner_fn: Callable, cases: Sequence[tuple[str, tuple]
     """
     if not callable(learner_fn):
         raise ValueError(f"learner_fn must be a function, got {type(learner_fn).__name__}")
-    if isinstance(hint, str):  # a check written before hints came in steps: its one hint
-        hints, hint = hint, 1
     if isinstance(hint, bool) or not isinstance(hint, int) or hint < 0:
-        raise ValueError(f"hint must be a whole number >= 0 (how many hints to show), got {hint!r}")
+        raise ValueError("hint must be a whole number >= 0 (how many steps of hints to show; their "
+                         f"texts go in hints), got {hint!r}")
     hints = (hints,) if isinstance(hints, str) else tuple(hints)
     with torch.random.fork_rng(devices=[]):  # the notebook's random stream stays as it was
         _run_cases(name, learner_fn, cases, reference, _hints_text(hints, hint), compare_through,
