@@ -325,11 +325,13 @@ BADGE = ("[![Open In Colab](https://colab.research.google.com/assets/colab-badge
 
 
 def notebook_with(*sources):
-    return {"cells": [{"cell_type": "markdown", "metadata": {}, "source": f"# Demo\n\n{BADGE}\n"}]
-            + [{"cell_type": "code", "source": s, "outputs": [{"output_type": "stream"}],
-                "execution_count": 3, "metadata": {}} for s in sources]
-            + [{"cell_type": "markdown", "metadata": {},
-                "source": "**Answer:**\n### BEGIN SOLUTION\nBecause.\n### END SOLUTION"}],
+    cells = ([{"cell_type": "markdown", "metadata": {}, "source": f"# Demo\n\n{BADGE}\n"}]
+             + [{"cell_type": "code", "source": s, "execution_count": 3, "metadata": {},
+                 "outputs": [{"output_type": "stream", "name": "stdout", "text": "6\n"}]}
+                for s in sources]
+             + [{"cell_type": "markdown", "metadata": {},
+                 "source": "**Answer:**\n### BEGIN SOLUTION\nBecause.\n### END SOLUTION"}])
+    return {"cells": [{"id": f"cell-{i}", **cell} for i, cell in enumerate(cells)],
             "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
 
 
