@@ -26,12 +26,14 @@ def setup_source(project: Project) -> str:
     it (otherwise every later cell fails, and nbgrader grades every check 0)."""
     return f'''{SETUP_HEADER} on Colab, install the version of the course's package d2lhelpers that this
 # notebook was written for; anywhere, stop here with instructions if d2lhelpers is missing.
+import importlib
 import subprocess
 import sys
 
 D2LHELPERS = "{project.requirement}"
 if "google.colab" in sys.modules:
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", D2LHELPERS], check=True)
+    importlib.invalidate_caches()  # let this process see the package just installed
 try:
     import d2lhelpers
 except ImportError as error:

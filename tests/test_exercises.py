@@ -295,6 +295,16 @@ def test_the_setup_cell_installs_the_release_and_stops_with_instructions_without
     assert f'"d2lhelpers @ git+{PROJECT.repository}@v{PROJECT.version}"' in source
     assert d2lh.__version__ == PROJECT.version, "the release tag names the package's version"
     exec(source, {})  # d2lhelpers importable, not on Colab: nothing happens
+    import subprocess
+    import types
+
+    installs = []
+    monkeypatch.setattr(subprocess, "run", lambda command, check: installs.append(command))
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    exec(source, {})  # on Colab: pip installs the release
+    assert installs == [[sys.executable, "-m", "pip", "install", "--quiet",
+                         f"d2lhelpers @ git+{PROJECT.repository}@v{PROJECT.version}"]]
+    monkeypatch.delitem(sys.modules, "google.colab")
     monkeypatch.setitem(sys.modules, "d2lhelpers", None)  # import d2lhelpers now fails
     with pytest.raises(ModuleNotFoundError) as failure:
         exec(source, {})
