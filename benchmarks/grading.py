@@ -37,7 +37,7 @@ import nbformat
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-import exercise_authoring as authoring  # noqa: E402 (the repository's, wherever this runs)
+import exercise_authoring as authoring
 
 ASSIGNMENT = "attention"
 SUBMISSIONS = ("solved", "empty", "wrong", "patched")
@@ -106,7 +106,7 @@ def grade_id(cell) -> str | None:
 def nbgrader(course: pathlib.Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run an nbgrader command in the course folder; its output (nbgrader logs to stderr) is kept."""
     return subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, check=False)  # callers read the status
 
 
 def generate_assignment(course: pathlib.Path, notebooks: list[pathlib.Path]) -> None:

@@ -49,13 +49,36 @@ from .copies import (
 )
 from .nbgrader_metadata import SETUP_GRADE_ID, nbgrader_role, with_nbgrader_metadata
 from .project import Project, find_project
-from .sources import check_calls, hidden_tests_source, setup_source, update_sources, updated_notebook
+from .sources import (
+    check_calls,
+    hidden_tests_source,
+    setup_source,
+    update_sources,
+    updated_notebook,
+)
 
 __all__ = [
-    "ANSWER_STUB", "BEGIN_HIDDEN_TESTS", "BEGIN_SOLUTION", "END_HIDDEN_TESTS", "END_SOLUTION",
-    "STUB", "SETUP_GRADE_ID", "Project", "check_calls", "find_project", "hidden_tests_source",
-    "main", "nbgrader_role", "notebook_text", "setup_source", "source_of", "student_notebook",
-    "student_source", "update_sources", "updated_notebook", "with_nbgrader_metadata",
+    "ANSWER_STUB",
+    "BEGIN_HIDDEN_TESTS",
+    "BEGIN_SOLUTION",
+    "END_HIDDEN_TESTS",
+    "END_SOLUTION",
+    "SETUP_GRADE_ID",
+    "STUB",
+    "Project",
+    "check_calls",
+    "find_project",
+    "hidden_tests_source",
+    "main",
+    "nbgrader_role",
+    "notebook_text",
+    "setup_source",
+    "source_of",
+    "student_notebook",
+    "student_source",
+    "update_sources",
+    "updated_notebook",
+    "with_nbgrader_metadata",
     "write_copies",
 ]
 

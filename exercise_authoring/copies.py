@@ -11,9 +11,19 @@ from pathlib import Path
 
 from .project import find_project
 
-__all__ = ["BEGIN_SOLUTION", "END_SOLUTION", "BEGIN_HIDDEN_TESTS", "END_HIDDEN_TESTS", "STUB",
-           "ANSWER_STUB", "source_of", "student_source", "student_notebook", "notebook_text",
-           "write_copies"]
+__all__ = [
+    "ANSWER_STUB",
+    "BEGIN_HIDDEN_TESTS",
+    "BEGIN_SOLUTION",
+    "END_HIDDEN_TESTS",
+    "END_SOLUTION",
+    "STUB",
+    "notebook_text",
+    "source_of",
+    "student_notebook",
+    "student_source",
+    "write_copies",
+]
 
 BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
 BEGIN_HIDDEN_TESTS, END_HIDDEN_TESTS = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"

@@ -17,7 +17,7 @@ from traitlets import Bool
 
 from .nbgrader_metadata import SETUP_GRADE_ID
 
-__all__ = ["SetupCellFailed", "RequireSetupCell"]
+__all__ = ["RequireSetupCell", "SetupCellFailed"]
 
 
 class SetupCellFailed(RuntimeError):

@@ -8,8 +8,13 @@ import re
 
 from .copies import BEGIN_HIDDEN_TESTS, BEGIN_SOLUTION, source_of
 
-__all__ = ["NBGRADER_SCHEMA_VERSION", "SETUP_HEADER", "SETUP_GRADE_ID", "nbgrader_role",
-           "with_nbgrader_metadata"]
+__all__ = [
+    "NBGRADER_SCHEMA_VERSION",
+    "SETUP_GRADE_ID",
+    "SETUP_HEADER",
+    "nbgrader_role",
+    "with_nbgrader_metadata",
+]
 
 NBGRADER_SCHEMA_VERSION = 3
 SETUP_HEADER = "# Setup:"  # the first line of a notebook's setup cell (see sources.setup_source)

@@ -12,8 +12,13 @@ from .copies import BEGIN_HIDDEN_TESTS, END_HIDDEN_TESTS, source_of
 from .nbgrader_metadata import SETUP_HEADER, nbgrader_role, with_nbgrader_metadata
 from .project import Project, find_project
 
-__all__ = ["setup_source", "hidden_tests_source", "check_calls", "updated_notebook",
-           "update_sources"]
+__all__ = [
+    "check_calls",
+    "hidden_tests_source",
+    "setup_source",
+    "update_sources",
+    "updated_notebook",
+]
 
 _VISIBLE_CALL = re.compile(r"^d2lh\.exercises\.(check_\w+)\((\w+)\)[ \t]*$", re.MULTILINE)
 _HIDDEN_REGION = re.compile(r"\n?^[ \t]*### BEGIN HIDDEN TESTS[^\n]*\n.*?^[ \t]*### END HIDDEN TESTS"

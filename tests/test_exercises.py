@@ -107,7 +107,7 @@ def test_a_check_compared_through_a_function_shows_the_learners_own_value():
     lengths = [("B=1, T=3", (1, 3))]
     through = ("passed to d2lh.masked_softmax as valid lengths",
                lambda lens, B, T: d2lh.masked_softmax(torch.zeros(B, T, T), lens))
-    expected = lambda B, T: torch.arange(1, T + 1).expand(B, T)  # noqa: E731
+    expected = lambda B, T: torch.arange(1, T + 1).expand(B, T)
     with pytest.raises(ExerciseCheckFailed) as failure:
         run_check("lens", lambda B, T: torch.arange(T).expand(B, T), lengths, expected,
                   compare_through=through)

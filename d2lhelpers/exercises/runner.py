@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-__all__ = ["ExerciseCheckFailed", "run_check", "check_afresh"]
+__all__ = ["ExerciseCheckFailed", "check_afresh", "run_check"]
 
 _CHECKS_DIR = pathlib.Path(__file__).resolve().parent  # d2lhelpers/exercises
 
