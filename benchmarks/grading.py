@@ -27,6 +27,7 @@ import dataclasses
 import os
 import pathlib
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -78,12 +79,14 @@ _MARKER_LINE = re.compile(r"^[ \t]*### (?:BEGIN|END) SOLUTION[^\n]*\n?", re.MULT
 @dataclasses.dataclass
 class Graded:
     """One autograded submission: its points per (notebook, check), the expected ones, the
-    seconds ``nbgrader autograde`` took, its log, and the graded notebooks by name."""
+    wall-clock and CPU seconds ``nbgrader autograde`` took (its kernels included), its log, and
+    the graded notebooks by name."""
 
     student: str
     points: dict[tuple[str, str], float]
     expected: dict[tuple[str, str], float]
     seconds: float
+    cpu_seconds: float
     log: str
     notebooks: dict[str, nbformat.NotebookNode]
 
@@ -171,7 +174,7 @@ def write_submission(course: pathlib.Path, sources: dict, kind: str,
 
 
 def graded(course: pathlib.Path, sources: dict, kind: str, expected: dict, seconds: float,
-           log: str) -> Graded:
+           cpu_seconds: float, log: str) -> Graded:
     """The points the gradebook holds for the submission ``kind``, and its graded notebooks."""
     from nbgrader.api import Gradebook
 
@@ -184,7 +187,13 @@ def graded(course: pathlib.Path, sources: dict, kind: str, expected: dict, secon
                            if grade.cell_type == "code"})
     notebooks = {name: nbformat.read(course / "autograded" / kind / ASSIGNMENT / name,
                                      as_version=4) for name in sources}
-    return Graded(kind, points, expected, seconds, log, notebooks)
+    return Graded(kind, points, expected, seconds, cpu_seconds, log, notebooks)
+
+
+def _children_cpu_seconds() -> float:
+    """User and system CPU seconds of the finished child processes (and theirs: the kernels)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def round_trip(notebooks: list[pathlib.Path], course: pathlib.Path, kinds=SUBMISSIONS,
@@ -197,13 +206,13 @@ def round_trip(notebooks: list[pathlib.Path], course: pathlib.Path, kinds=SUBMIS
     expected = {kind: write_submission(course, sources, kind) for kind in kinds}
     runs = {}
     for students in ([[kind] for kind in kinds] if one_by_one else [list(kinds)]):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), _children_cpu_seconds()
         result = nbgrader(course, "autograde", ASSIGNMENT,
                           *(["--student", students[0]] if one_by_one else []))
-        seconds = time.perf_counter() - start
+        seconds, cpu_seconds = time.perf_counter() - start, _children_cpu_seconds() - cpu_start
         if result.returncode != 0:
             raise RuntimeError(f"nbgrader autograde failed:\n{result.stderr}")
-        runs.update({student: (seconds, result.stderr) for student in students})
+        runs.update({student: (seconds, cpu_seconds, result.stderr) for student in students})
     return [graded(course, sources, kind, expected[kind], *runs[kind]) for kind in kinds]
 
 
@@ -215,10 +224,12 @@ def main() -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # as the tests run; other work may share the CPU
     with tempfile.TemporaryDirectory() as folder:
         results = round_trip([path.resolve() for path in args.notebooks], pathlib.Path(folder))
-    print("| submission | automatic points | expected | seconds |\n|---|---:|---:|---:|")
+    print("| submission | automatic points | expected | seconds | CPU seconds |\n"
+          "|---|---:|---:|---:|---:|")
     for graded in results:
         print(f"| {graded.student} | {sum(graded.points.values()):g} | "
-              f"{sum(graded.expected.values()):g} | {graded.seconds:.1f} |")
+              f"{sum(graded.expected.values()):g} | {graded.seconds:.1f} | "
+              f"{graded.cpu_seconds:.1f} |")
     for graded in results:
         if graded.student == "patched":
             print("\nThe patched submission's unsolved checks, as graded:")
