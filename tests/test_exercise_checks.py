@@ -467,6 +467,36 @@ CHECKS["check_relative_self_attention"] = (relative_self_attention(), {
 })
 
 
+# ---------------------------------------------------------------------------------------------
+# Notebooks 06 and 07: the answers live in test_exercise_checks_transformer.py
+
+from test_exercise_checks_transformer import (  # noqa: E402
+    cached_block_step,
+    cached_greedy_decode,
+    translation_log_prob,
+)
+
+CHECKS["check_cached_block_step"] = (cached_block_step(), {
+    "post-norm only (norm_first ignored)": (cached_block_step(post_norm_only=True), "pre-norm block"),
+    "new keys and values never stored": (cached_block_step(append=False), "one position per step"),
+    "causal lengths forget the cache": (cached_block_step(offset=False), "one position per step"),
+    "no causal mask among the new positions": (cached_block_step(causal=False),
+                                               "several positions per step"),
+})
+CHECKS["check_cached_greedy_decode"] = (cached_greedy_decode(), {
+    "<bos> kept": (cached_greedy_decode(keep_bos=True), "expected shape"),
+    "never stops early": (cached_greedy_decode(stop_early=False), "expected shape"),
+    "finished sentences not held at <eos>": (cached_greedy_decode(fill_eos=False), "values differ"),
+    "the whole prefix fed with the cache": (cached_greedy_decode(feed_prefix=True), "on input"),
+})
+
+CHECKS["check_translation_log_prob"] = (translation_log_prob(), {
+    "not shifted right (each token sees itself)": (translation_log_prob(shift=False), "values differ"),
+    "counts past the first <eos>": (translation_log_prob(stop_at_eos=False), "values differ"),
+    "<eos> left out": (translation_log_prob(include_eos=False), "values differ"),
+})
+
+
 @pytest.mark.parametrize("check", sorted(CHECKS))
 @pytest.mark.parametrize("seed", [0, 1])
 def test_check_passes_a_right_answer(check, seed, capsys):
@@ -563,3 +593,4 @@ def test_reference_of_the_relative_bias_is_the_definition():
     scores = torch.tensor([[q[i] @ k[j] / 2 + min(max(j - i, -2), 2) + 2 for j in range(6)]
                            for i in range(6)])
     torch.testing.assert_close(weights[0], torch.softmax(scores, dim=-1))
+

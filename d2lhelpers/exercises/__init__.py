@@ -14,9 +14,12 @@ A check builds its own inputs (seeded random shapes and edge cases), runs the le
 each, and compares the result with a reference computed by the package (or a short formula). On
 failure it says which input failed, what was expected, what came back, and gives a hint; on
 success it prints one line. It raises :class:`ExerciseCheckFailed`, an ``AssertionError``, so that
-nbgrader counts a failed check as a failed test. ``seed`` draws other random cases: the source
-notebooks run each check a second time with ``seed=1`` between ``### BEGIN HIDDEN TESTS`` and
-``### END HIDDEN TESTS``, which student copies leave out.
+nbgrader counts a failed check as a failed test. ``seed`` draws other random cases; ``hint=2``
+shows the full hint instead of the first nudge. The hidden tests of the source notebooks (between
+``### BEGIN HIDDEN TESTS`` and ``### END HIDDEN TESTS``, left out of student copies, written by
+``python -m exercise_authoring update``) run each check again with ``seed=1`` through
+:func:`~.runner.check_afresh`, from a private copy of the package that nothing the learner's code
+patched can reach.
 
 Three concerns, three places: :mod:`.runner` runs a check and words its failures; :mod:`.cases`
 draws the inputs; one module per notebook holds that notebook's checks. Student copies and
@@ -33,7 +36,7 @@ from .multihead_attention import (check_per_head_weights, check_to_torch_multihe
 from .positional_encoding import (check_sinusoidal_table, check_shift_matrix,
                                   check_relative_self_attention)
 from .transformer import check_cached_block_step, check_causal_additive_mask, check_layer_norm
-from .translation import check_cached_greedy_decode
+from .translation import check_cached_greedy_decode, check_translation_log_prob
 from .transformer_in_practice import check_real_token_smoothing, check_expand_beams
 from .bahdanau_attention import check_gru_cell, check_luong_step
 from .runner import ExerciseCheckFailed, run_check
@@ -57,6 +60,7 @@ __all__ = [
     "check_causal_additive_mask",
     "check_cached_block_step",
     "check_cached_greedy_decode",
+    "check_translation_log_prob",
     "check_real_token_smoothing",
     "check_expand_beams",
     "check_gru_cell",

@@ -97,7 +97,9 @@ def check_cached_block_step(fn: Callable, seed: int = 0, hint: int = 1) -> None:
               for s in random_sizes(generator, 2, first=(1, 4), second=(1, 3))]
     cases = []
     for what, norm_first, chunks, heads in fixed + random:
-        block = random_module(DecoderBlock(8, heads, 16, dropout=0.0, norm_first=norm_first), generator)
+        with torch.random.fork_rng(devices=[]):  # the constructor draws from the global stream
+            block = random_module(DecoderBlock(8, heads, 16, dropout=0.0, norm_first=norm_first),
+                                  generator)
         B, T_src = 2, int(randint(generator, 2, 6))
         X, enc_outputs = randn(generator, B, sum(chunks), 8), randn(generator, B, T_src, 8)
         enc_valid_lens = torch.tensor([T_src, int(randint(generator, 1, T_src))])

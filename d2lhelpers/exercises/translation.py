@@ -6,19 +6,21 @@ from collections.abc import Callable
 
 import torch
 
-from ..decoding import greedy_decode
+from ..decoding import greedy_decode, sequence_log_prob
 from ..transformer import Transformer
 from .cases import case_label, randint, random_module, seeded_generator
 from .runner import run_check
 
-__all__ = ["check_cached_greedy_decode"]
+__all__ = ["check_cached_greedy_decode", "check_translation_log_prob"]
 
 
 def _random_translator(generator, norm_first: bool) -> Transformer:
     """A small Transformer with seeded weights whose outputs depend on its inputs (LayerNorms and
     the output bias as after initialisation, so that no bias drowns the tokens' differences)."""
-    model = random_module(Transformer(11, 13, d_model=8, num_heads=2, ffn_hidden=16, num_layers=2,
-                                      dropout=0.0, norm_first=norm_first), generator)
+    with torch.random.fork_rng(devices=[]):  # the constructor draws from the global stream
+        model = random_module(Transformer(11, 13, d_model=8, num_heads=2, ffn_hidden=16,
+                                          num_layers=2, dropout=0.0, norm_first=norm_first),
+                              generator)
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, torch.nn.LayerNorm):
@@ -77,3 +79,38 @@ def check_cached_greedy_decode(fn: Callable, seed: int = 0, hint: int = 1) -> No
                      "to eos before appending; stop when all rows are finished. Return only the "
                      "generated tokens, without the <bos> column."),
               hint=hint)
+
+
+def check_translation_log_prob(fn: Callable, seed: int = 0, hint: int = 1) -> None:
+    """fn(model, src, src_valid_len, tokens, bos, eos) -> (log_probs, lengths), each (B,): the
+    log-probability log P(y | x) that the model gives each row of ``tokens`` (B, T_out, no <bos>),
+    by teacher forcing, counting each row up to its first <eos> included (all T_out tokens if it
+    has none), and those lengths; as ``d2lh.sequence_log_prob``."""
+    generator = seeded_generator(seed)
+    bos, eos = 1, 2
+    cases = []
+    for what, B, T_out, norm_first in [("one sentence without <eos>", 1, 4, False),
+                                       ("rows ending at different places, some without <eos>", 4, 6, False),
+                                       ("pre-norm", 3, 5, True),
+                                       ("", 5, 7, bool(randint(generator, 0, 1)))]:
+        model = _random_translator(generator, norm_first)
+        src, src_valid_len = randint(generator, 3, 10, (B, 5)), randint(generator, 1, 5, (B,))
+        tokens = randint(generator, 3, 12, (B, T_out))
+        for row in range(1, B):  # row 0 never ends; the others end somewhere, padded after <eos>
+            end = int(randint(generator, 0, T_out - 1))
+            tokens[row, end:] = eos
+            if row % 2:  # some rows hold other tokens after their <eos>, which must not count
+                tokens[row, end + 1:] = randint(generator, 3, 12, (T_out - end - 1,))
+        label = (f"B={B}, tokens {tuple(tokens.shape)} = {tokens.tolist()}, bos={bos}, eos={eos}, "
+                 f"src_valid_len={src_valid_len.tolist()}")
+        cases.append((case_label(what, label), (model, src, src_valid_len, tokens, bos, eos)))
+    with torch.no_grad():
+        run_check("translation_log_prob", fn, cases, reference=sequence_log_prob,
+                  hints=("Which tokens does the decoder see when it predicts tokens[:, t]? And which "
+                         "tokens of a row belong to the translation?",
+                         "Feed the decoder <bos> followed by tokens[:, :-1] (shifted right), take "
+                         "log_softmax of the logits, gather the log-probability of each given token, "
+                         "and sum over the positions up to the first <eos>, included (all of them if "
+                         "the row has none), selecting them with a mask rather than multiplying. "
+                         "Return the sums and the lengths counted."),
+                  hint=hint)
