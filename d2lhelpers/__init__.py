@@ -14,6 +14,8 @@ and is imported here by name, so that editors and type checkers see them all:
 - ``training``: the masked loss, the warm-up schedule, the training loop;
 - ``decoding``: greedy decoding, beam search, translation and held-out BLEU;
 - ``bleu``: BLEU, the teaching formula and the corpus score we report;
+- ``decoder_only``: beyond 2017: rotary positions, grouped-query attention, online softmax, a
+  decoder-only language model with its cache, sampling;
 - ``exercises``: the checks of the notebooks' coding exercises (``d2lh.exercises.check_...``).
 """
 
@@ -46,12 +48,27 @@ from .data import (
     tokenize,
     truncate_pad,
 )
+from .decoder_only import (
+    DecoderOnlyBlock,
+    DecoderOnlyLM,
+    GroupedQueryAttention,
+    LMState,
+    RotaryEmbedding,
+    TensorMemoryTracker,
+    apply_rotary,
+    generate,
+    kv_cache_bytes,
+    next_token_probs,
+    online_softmax_attention,
+    rotary_frequencies,
+)
 from .decoding import (
+    Beams,
     BeamSearchResult,
+    advance_beams,
     beam_search,
     greedy_decode,
     held_out_bleu,
-    select_beams,
     sequence_log_prob,
     translate,
 )

@@ -24,7 +24,8 @@ from .basics import check_int
 __all__ = [
     "greedy_decode",
     "BeamSearchResult",
-    "select_beams",
+    "Beams",
+    "advance_beams",
     "beam_search",
     "sequence_log_prob",
     "translate",
@@ -90,14 +91,39 @@ def _check_decoding_inputs(src, src_valid_len, max_len=None) -> torch.Tensor:
     return src_valid_len
 
 
-def select_beams(scores: torch.Tensor):
-    """One selection step of beam search: scores (B, k, V) of every beam's every continuation ->
-    the k best candidates of each sentence, best first, as ``(values, parents, tokens)``, each
-    (B, k): candidate c of a sentence's k*V is beam c // V extended by token c % V.
-    The step that notebook 07's exercise ``expand_beams`` writes."""
-    B, k, V = scores.shape
-    best = scores.reshape(B, k * V).topk(k, dim=-1)  # (B, k, V) -> (B, k*V) -> (B, k)
-    return best.values, best.indices // V, best.indices % V
+class Beams(NamedTuple):
+    """The k beams of each of B sentences during beam search, each field (B, k): the total
+    log-probability of each beam (``-inf`` for a beam not started), its length in tokens
+    (``<eos>`` included), and whether it has produced ``<eos>``."""
+
+    log_probs: torch.Tensor
+    lengths: torch.Tensor
+    finished: torch.Tensor
+
+
+def advance_beams(beams: Beams, step_log_probs: torch.Tensor, eos: int,
+                  length_penalty: float = 0.6):
+    """One step of beam search: extend every beam by every token and keep each sentence's k best.
+
+    step_log_probs: (B, k, V), the log-probabilities of the next token after each beam. A finished
+    beam has one continuation, itself, at no cost and with its length unchanged; an unfinished one
+    grows by one token. Candidates are ranked by log P / length^alpha (alpha = ``length_penalty``).
+    Returns ``(beams, parents, tokens)``: the new :class:`Beams`, best first, and for each (B, k)
+    the beam it extends and the token it adds. The step that notebook 09's exercise writes.
+    """
+    B, k, V = step_log_probs.shape
+    carry_over = torch.full_like(step_log_probs, float("-inf"))
+    carry_over[..., eos] = 0.0  # a finished beam continues with <eos>, at no cost
+    step_log_probs = torch.where(beams.finished[..., None], carry_over, step_log_probs)
+    candidates = beams.log_probs[..., None] + step_log_probs  # (B, k, V) total log-probabilities
+    lengths = torch.where(beams.finished, beams.lengths, beams.lengths + 1)  # (B, k) candidates'
+    scores = candidates / lengths[..., None].float() ** length_penalty
+    # each sentence's k best of its k*V candidates: candidate c is beam c // V with token c % V
+    best = scores.reshape(B, k * V).topk(k, dim=-1).indices  # (B, k)
+    parents, tokens = best // V, best % V
+    new = Beams(candidates.reshape(B, k * V).gather(1, best), lengths.gather(1, parents),
+                beams.finished.gather(1, parents) | (tokens == eos))
+    return new, parents, tokens
 
 
 @torch.no_grad()
@@ -138,36 +164,24 @@ def beam_search(model, src, src_valid_len, bos: int, eos: int, max_len: int, bea
     # The k beams start identical; only beam 0 is live at first, so that they do not stay copies.
     log_probs = torch.full((B, k), float("-inf"), device=device)
     log_probs[:, 0] = 0.0
-    lengths = torch.zeros(B, k, dtype=torch.long, device=device)
-    finished = torch.zeros(B, k, dtype=torch.bool, device=device)
+    zeros = torch.zeros(B, k, dtype=torch.long, device=device)
+    beams = Beams(log_probs, zeros, zeros.bool())
     sentence_rows = torch.arange(B, device=device)[:, None] * k  # (B, 1): each sentence's beam 0
-    for step in range(1, max_len + 1):
+    for _ in range(max_len):
         if use_cache:
             logits = model.decoder.step(tokens[:, -1:], state)
         else:
             logits = model.decoder(tokens, enc_outputs, enc_valid_lens)
         step_log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (B*k, V)
-        V = step_log_probs.shape[-1]
-        step_log_probs = step_log_probs.reshape(B, k, V)  # unfold the beams: (B, k, V)
-        # A finished beam has one continuation, itself: <eos> again, at no cost.
-        carry_over = torch.full_like(step_log_probs, float("-inf"))
-        carry_over[..., eos] = 0.0
-        step_log_probs = torch.where(finished[..., None], carry_over, step_log_probs)
-        candidates = log_probs[..., None] + step_log_probs  # (B, k, V) total log-probabilities
-        # (B, k) lengths of the candidates: a finished beam keeps its own
-        candidate_lengths = torch.where(finished, lengths, step)
-        normalised = candidates / candidate_lengths[..., None].float() ** length_penalty
-        # the best k of each sentence's k*V candidates: which beam each extends, with which token
-        _, parent, token = select_beams(normalised)
-        log_probs = candidates.reshape(B, k * V).gather(1, parent * V + token)  # (B, k)
-        lengths = candidate_lengths.gather(1, parent)
-        finished = finished.gather(1, parent) | (token == eos)
-        rows = (sentence_rows + parent).reshape(-1)  # (B*k,) the parents' rows in the batch
+        beams, parents, token = advance_beams(beams, step_log_probs.unflatten(0, (B, k)), eos,
+                                              length_penalty)
+        rows = (sentence_rows + parents).reshape(-1)  # (B*k,) the parents' rows in the batch
         tokens = torch.cat([tokens[rows], token.reshape(-1, 1)], dim=1)  # (B*k, step + 1)
         if use_cache:
             state.reorder(rows)  # each surviving beam continues from its parent's caches
-        if finished.all():
+        if beams.finished.all():
             break
+    log_probs, lengths = beams.log_probs, beams.lengths
     scores = log_probs / lengths.float() ** length_penalty  # (B, k)
     choice = scores.argmax(dim=1)  # (B,) each sentence's best beam
     best_rows = sentence_rows.squeeze(1) + choice

@@ -191,23 +191,33 @@ def real_token_smoothing(logits, targets, valid_lens, eps, real_tokens, divide_b
     return losses[valid].mean()
 
 
-def expand_beams(beam_log_probs, next_log_probs, per_beam=False, ignore_beams=False,
-                 swap_unravel=False, across_sentences=False, ascending=False):
-    B, k, V = next_log_probs.shape
-    totals = next_log_probs if ignore_beams else beam_log_probs[..., None] + next_log_probs
+def advance_beams(log_probs, lengths, finished, step_log_probs, eos, alpha, per_beam=False,
+                  ignore_beams=False, swap_unravel=False, across_sentences=False, ascending=False,
+                  extend_finished=False, grow_finished=False, normalise=True, mark_ended=True):
+    """One beam-search step; right by default, each flag a plausible mistake."""
+    B, k, V = step_log_probs.shape
+    if not extend_finished:  # a finished beam continues with <eos> only, at no cost
+        carry = torch.full_like(step_log_probs, float("-inf"))
+        carry[..., eos] = 0.0
+        step_log_probs = torch.where(finished[..., None], carry, step_log_probs)
+    totals = step_log_probs if ignore_beams else log_probs[..., None] + step_log_probs
+    new_lengths = lengths + 1 if grow_finished else torch.where(finished, lengths, lengths + 1)
+    scores = totals / new_lengths[..., None].float() ** alpha if normalise else totals
     if per_beam:  # each beam keeps its own best token
-        values, tokens = totals.max(dim=-1)
-        order = values.argsort(dim=-1, descending=True)
-        return values.gather(1, order), order, tokens.gather(1, order)
-    if across_sentences:  # one top-k over the whole batch
-        flat = totals.reshape(-1)
-        values, index = flat.topk(B * k)
-        return values.reshape(B, k), (index // V % k).reshape(B, k), (index % V).reshape(B, k)
-    values, index = totals.reshape(B, k * V).sort(dim=-1, descending=not ascending)
-    values, index = values[:, :k], index[:, :k]
-    if swap_unravel:
-        return values, index % k, index // k
-    return values, index // V, index % V
+        _, tokens = scores.max(dim=-1)
+        index = torch.arange(k)[None, :] * V + tokens
+    elif across_sentences:  # one top-k over the whole batch
+        flat = scores.reshape(-1).topk(B * k).indices
+        index = (flat % (k * V)).reshape(B, k)
+    else:
+        index = scores.reshape(B, k * V).sort(dim=-1, descending=not ascending).indices[:, :k]
+    parents, tokens = (index % k, index // k) if swap_unravel else (index // V, index % V)
+    if per_beam:
+        order = scores.reshape(B, k * V).gather(1, index).argsort(dim=-1, descending=True)
+        parents, tokens, index = parents.gather(1, order), tokens.gather(1, order), index.gather(1, order)
+    ended = finished.gather(1, parents) | (tokens == eos) if mark_ended else finished.gather(1, parents)
+    return (totals.reshape(B, k * V).gather(1, index), new_lengths.gather(1, parents), ended,
+            parents, tokens)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,16 +347,24 @@ CHECKS = {
         "padding removed by multiplying with a 0/1 mask": (
             lambda *a: real_token_smoothing(*a, multiply_mask=True), "the result holds NaN"),
     }),
-    "check_expand_beams": (expand_beams, {
+    "check_advance_beams": (advance_beams, {
         "each beam keeps only its best token": (
-            lambda *a: expand_beams(*a, per_beam=True), "the first step"),
+            lambda *a: advance_beams(*a, per_beam=True), "the first step"),
         "the beams' log-probabilities not added": (
-            lambda *a: expand_beams(*a, ignore_beams=True), "k = 1 (greedy decoding)"),
+            lambda *a: advance_beams(*a, ignore_beams=True), "k = 1 (greedy decoding)"),
         "candidate index unravelled with k instead of V": (
-            lambda *a: expand_beams(*a, swap_unravel=True), "beams 1 and 2 not started"),
+            lambda *a: advance_beams(*a, swap_unravel=True), "beams 1 and 2 not started"),
         "one top-k over the whole batch": (
-            lambda *a: expand_beams(*a, across_sentences=True), "k = 1 (greedy decoding)"),
-        "worst first": (lambda *a: expand_beams(*a, ascending=True), "k = 1"),
+            lambda *a: advance_beams(*a, across_sentences=True), "on input"),
+        "worst first": (lambda *a: advance_beams(*a, ascending=True), "k = 1"),
+        "finished beams extended like the others": (
+            lambda *a: advance_beams(*a, extend_finished=True), "beam 0 finished"),
+        "finished beams grow longer": (
+            lambda *a: advance_beams(*a, grow_finished=True), "beam 0 finished"),
+        "no length normalisation": (
+            lambda *a: advance_beams(*a, normalise=False), "on input"),
+        "a beam that ends is not marked finished": (
+            lambda *a: advance_beams(*a, mark_ended=False), "on input"),
     }),
 }
 

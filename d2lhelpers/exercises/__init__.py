@@ -37,7 +37,7 @@ from .positional_encoding import (check_sinusoidal_table, check_shift_matrix,
                                   check_relative_self_attention)
 from .transformer import check_cached_block_step, check_causal_additive_mask, check_layer_norm
 from .translation import check_cached_greedy_decode, check_translation_log_prob
-from .transformer_in_practice import check_real_token_smoothing, check_expand_beams
+from .transformer_in_practice import check_real_token_smoothing, check_advance_beams
 from .bahdanau_attention import check_gru_cell, check_luong_step
 from .runner import ExerciseCheckFailed, run_check
 
@@ -62,7 +62,7 @@ __all__ = [
     "check_cached_greedy_decode",
     "check_translation_log_prob",
     "check_real_token_smoothing",
-    "check_expand_beams",
+    "check_advance_beams",
     "check_gru_cell",
     "check_luong_step",
 ]
