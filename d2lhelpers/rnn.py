@@ -8,8 +8,9 @@ every step, and the model that joins them.
   source up to token j. The outputs of all positions are the keys and values of the attention.
 - At step i the decoder's **query is its previous hidden state** s_{i-1}. Additive attention
   (:class:`~d2lhelpers.attention.AdditiveAttention`, masked with the source lengths) gives the
-  context c_i = sum_j alpha_ij h_j. The GRU reads [embedding of y_{i-1}; c_i] and moves to s_i,
-  from which a linear layer predicts y_i.
+  context c_i = sum_j alpha_ij h_j. The GRU reads [embedding of y_{i-1}; c_i] and moves to s_i;
+  a linear layer predicts y_i from [s_i; c_i; embedding of y_{i-1}] (like the paper's output layer,
+  it sees the context and the previous word directly; the paper's maxout is left out).
 - As in the paper, the decoder starts from s_0 = tanh(W_s h_last), h_last being the encoder's
   output at each source sentence's last valid token.
 
@@ -105,7 +106,7 @@ class BahdanauDecoder(nn.Module):
 
         c = attention(query=s[-1], keys=values=enc_outputs, valid_lens=enc_valid_lens)  # (B, H)
         s = GRU([embedding(y); c], s)                                                   # (L, B, H)
-        logits = output(s[-1])                                                          # (B, V)
+        logits = output([s[-1]; c; embedding(y)])                                       # (B, V)
 
     ``step(tokens, state)``: tokens (B, T_new) fed one after the other -> logits (B, T_new, V);
     ``state`` then holds the new hidden state. ``forward(tokens, enc_outputs, enc_valid_lens)`` is
@@ -123,7 +124,7 @@ class BahdanauDecoder(nn.Module):
         self.rnn = nn.GRU(embed_size + num_hiddens, num_hiddens, num_layers, batch_first=True,
                           dropout=dropout if num_layers > 1 else 0.0)
         self.dropout = nn.Dropout(dropout)
-        self.output = nn.Linear(num_hiddens, vocab_size)
+        self.output = nn.Linear(2 * num_hiddens + embed_size, vocab_size)  # [s_i; c_i; e(y_{i-1})]
         self.attention_weights: torch.Tensor | None = None
 
     def init_state(self, enc_outputs, enc_valid_lens) -> BahdanauDecoderState:
@@ -156,7 +157,7 @@ class BahdanauDecoder(nn.Module):
                                      state.enc_valid_lens)  # (B, 1, H)
             x = torch.cat([embedded[:, t:t + 1], context], dim=-1)  # (B, 1, E + H)
             out, state.hidden = self.rnn(x, state.hidden)  # (B, 1, H), (L, B, H)
-            outputs.append(out)
+            outputs.append(torch.cat([out, context, embedded[:, t:t + 1]], dim=-1))  # (B, 1, 2H + E)
             weights.append(self.attention.attention_weights)  # (B, 1, T_src)
         self.attention_weights = torch.cat(weights, dim=1)  # (B, T_new, T_src)
         return self.output(self.dropout(torch.cat(outputs, dim=1)))  # (B, T_new, V)

@@ -62,7 +62,8 @@ def test_one_step_is_attention_with_the_previous_state_as_query_then_the_gru(num
             context = decoder.attention(query, enc, enc, src_valid_len)  # (B, 1, H)
             x = torch.cat([decoder.embedding(tgt[:, t:t + 1]), context], dim=-1)  # (B, 1, E + H)
             out, s = decoder.rnn(x, s)
-            expected = decoder.output(out)  # (B, 1, V)
+            expected = decoder.output(torch.cat([out, context, decoder.embedding(tgt[:, t:t + 1])],
+                                                dim=-1))  # (B, 1, V) from [s_i; c_i; e(y_{i-1})]
             torch.testing.assert_close(decoder.step(tgt[:, t:t + 1], state), expected)
             torch.testing.assert_close(state.hidden, s)
 
