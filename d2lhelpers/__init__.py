@@ -60,6 +60,7 @@ from .decoder_only import (
     kv_cache_bytes,
     next_token_probs,
     online_softmax_attention,
+    online_softmax_update,
     rotary_frequencies,
 )
 from .decoding import (
