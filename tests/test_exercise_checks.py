@@ -515,6 +515,57 @@ CHECKS["check_translation_log_prob"] = (translation_log_prob(), {
 })
 
 
+# ---------------------------------------------------------------------------------------------
+# Notebook 10 (beyond 2017): the answers live in test_exercise_checks_beyond.py
+
+from test_exercise_checks_beyond import (  # noqa: E402
+    cached_gqa_self_attention,
+    next_token_probs,
+    online_softmax_update,
+    rotary_at_positions,
+)
+
+CHECKS["check_rotary_at_positions"] = (rotary_at_positions(), {
+    "the two halves paired instead of neighbours": (rotary_at_positions(pairing="halves"),
+                                                    "values differ"),
+    "rotated the other way": (rotary_at_positions(sign=-1), "values differ"),
+    "frequency exponent j/d": (rotary_at_positions(exponent=1), "values differ"),
+    "positions 0 .. T-1 whatever was asked": (rotary_at_positions(use_positions=False),
+                                              "the odd positions of a cache"),
+})
+CHECKS["check_online_softmax_update"] = (online_softmax_update(), {
+    "acc not rescaled": (online_softmax_update(rescale_acc=False),
+                         "the maximum grows: what was summed must be rescaled"),
+    "l not rescaled": (online_softmax_update(rescale_l=False), "result 1 of the tuple"),
+    "-inf minus -inf: NaN for a query with no valid key": (
+        online_softmax_update(guard=False), "a query with no valid key yet"),
+    "exp of the raw scores": (online_softmax_update(subtract_max=False), "result 1 of the tuple"),
+    "the block's maximum instead of the running one": (
+        online_softmax_update(running_max=False), "every new score below the running maximum"),
+})
+CHECKS["check_cached_gqa_self_attention"] = (cached_gqa_self_attention(), {
+    "queries not rotated": (cached_gqa_self_attention(rotate_queries=False), "values differ"),
+    "positions restart at 0 every step": (cached_gqa_self_attention(offset=False),
+                                          "one position per step"),
+    "key-value heads tiled (repeat), not interleaved": (
+        cached_gqa_self_attention(interleave=False), "values differ"),
+    "no causal mask among the new positions": (cached_gqa_self_attention(causal=False),
+                                               "several positions per step"),
+    "keys cached before their rotation": (cached_gqa_self_attention(cache_rotated=False),
+                                          "result 1 of the tuple"),
+    "scaled by sqrt(d_model)": (cached_gqa_self_attention(scale="d_model"), "values differ"),
+    "values rotated too": (cached_gqa_self_attention(rotate_values=True), "values differ"),
+})
+CHECKS["check_next_token_probs"] = (next_token_probs(), {
+    "logits multiplied by the temperature": (next_token_probs(temperature_op="multiply"),
+                                             "a low temperature"),
+    "top-k zeroed after the softmax, not renormalised": (next_token_probs(renormalise=False),
+                                                         "top-1"),
+    "the k lowest kept": (next_token_probs(keep="lowest"), "top-1"),
+    "exp without subtracting the largest logit": (next_token_probs(stable=False),
+                                                  "the result holds NaN"),
+})
+
 @pytest.mark.parametrize("check", sorted(CHECKS))
 @pytest.mark.parametrize("seed", [0, 1])
 def test_check_passes_a_right_answer(check, seed, capsys):

@@ -1,0 +1,205 @@
+"""The checks of notebook 10_beyond_2017's coding exercises."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from ..attention import KVCache
+from ..decoder_only import (GroupedQueryAttention, apply_rotary, next_token_probs,
+                            online_softmax_update)
+from .cases import case_label, randint, randn, random_module, random_sizes, seeded_generator
+from .runner import run_check
+
+__all__ = ["check_rotary_at_positions", "check_online_softmax_update",
+           "check_cached_gqa_self_attention", "check_next_token_probs"]
+
+
+def check_rotary_at_positions(fn: Callable, seed: int = 0, hint: int = 1) -> None:
+    """fn(x, positions) -> x with each pair of features (x_2j, x_2j+1) of row t rotated by the
+    angle positions[t] * omega_j, omega_j = 10000^(-2j / d_k): x (..., T, d_k), positions (T,)
+    whole numbers, any of them (not only 0 .. T-1). As ``d2lh.apply_rotary``."""
+    generator = seeded_generator(seed)
+    fixed = [("positions 0 .. T-1", randn(generator, 1, 5, 8), torch.arange(5)),
+             ("the odd positions of a cache", randn(generator, 2, 4, 8), torch.tensor([1, 3, 5, 7])),
+             ("position 0 only: no rotation", randn(generator, 1, 1, 4), torch.tensor([0])),
+             ("heads: x (B, h, T, d_k)", randn(generator, 2, 3, 4, 6), torch.tensor([9, 2, 4, 0])),
+             ("far positions, float64", randn(generator, 1, 3, 16, dtype=torch.float64),
+              torch.tensor([1000, 2500, 4096]))]
+    random = []
+    for s in random_sizes(generator, 2, B=(1, 3), T=(1, 6), half_d_k=(1, 8)):
+        positions = randint(generator, 0, 60, (s["T"],))
+        random.append(("", randn(generator, s["B"], s["T"], 2 * s["half_d_k"]), positions))
+    cases = [(case_label(what, f"x {tuple(x.shape)}, positions {positions.tolist()}"), (x, positions))
+             for what, x, positions in fixed + random]
+    run_check("rotary_at_positions", fn, cases, reference=apply_rotary,
+              hints=("Which features form a pair, by how much does pair j turn at position m, and "
+                     "in which direction? Does your angle use the positions you were given?",
+                     "pair j is (x[..., 2j], x[..., 2j+1]) (neighbours, not the two halves); "
+                     "its angle is positions[t] * omega_j with omega_j = 10000 ** (-2j / d_k); "
+                     "y_2j = x_2j cos - x_2j+1 sin, y_2j+1 = x_2j sin + x_2j+1 cos (the complex "
+                     "number x_2j + i x_2j+1 times e^(i angle)). Compute the angles in float64 "
+                     "for a float64 x, and keep x's shape."),
+              hint=hint)
+
+
+def check_online_softmax_update(fn: Callable, seed: int = 0, hint: int = 1) -> None:
+    """fn(m, l, acc, scores, values) -> (m, l, acc) after one more block of keys: m (..., T_q, 1)
+    the running maximum (-inf before any valid key), l (..., T_q, 1) the sum of exp(score - m),
+    acc (..., T_q, d_v) the sum of exp(score - m) * value; scores (..., T_q, b) with -inf for
+    masked keys; values (..., b, d_v). As ``d2lh.online_softmax_update``."""
+    generator = seeded_generator(seed)
+    inf = math.inf
+
+    def state_after(scores, values):  # the reference's state after some earlier blocks
+        shape = scores.shape[:-1] + (1,)
+        m = torch.full(shape, -inf, dtype=scores.dtype)
+        l = torch.zeros(shape, dtype=scores.dtype)
+        acc = torch.zeros(scores.shape[:-1] + values.shape[-1:], dtype=scores.dtype)
+        return online_softmax_update(m, l, acc, scores, values) if scores.shape[-1] else (m, l, acc)
+
+    def case(what, earlier, new, d_v=3, dtype=torch.float32):
+        earlier, new = torch.tensor(earlier, dtype=dtype), torch.tensor(new, dtype=dtype)
+        values_before = randn(generator, *earlier.shape[:-2], earlier.shape[-1], d_v, dtype=dtype)
+        values = randn(generator, *new.shape[:-2], new.shape[-1], d_v, dtype=dtype)
+        m, l, acc = state_after(earlier, values_before)
+        label = f"earlier scores {earlier.tolist()}, new block {new.tolist()}, d_v={d_v}"
+        return case_label(what, label), (m, l, acc, new, values)
+
+    cases = [
+        case("the first block: nothing seen yet (m = -inf, l = acc = 0)", [[]], [[0.5, 2.0, -1.0]]),
+        case("the maximum grows: what was summed must be rescaled", [[0.0, 1.0]], [[3.0, 0.5]]),
+        case("every new score below the running maximum", [[4.0, 1.0]], [[0.0, 2.0, 3.5]]),
+        case("masked keys (-inf) in the block", [[1.0, 0.0], [2.0, -1.0]],
+             [[-inf, 0.5, -inf], [3.0, -inf, -inf]]),
+        case("a query with no valid key yet meets a fully masked block", [[-inf, -inf], [0.0, 1.0]],
+             [[-inf, -inf], [-inf, -inf]]),
+        case("large scores: exp(score) alone would overflow", [[900.0, 1000.0]], [[1005.0, 950.0]]),
+        case("heads: (B, h, T_q, b), float64", [[[[0.1, 0.4]], [[2.0, -3.0]]]],
+             [[[[1.0, -0.5, 0.2]], [[-inf, 5.0, 1.0]]]], d_v=2, dtype=torch.float64),
+    ]
+    for s in random_sizes(generator, 2, T_q=(1, 4), seen=(1, 5), b=(1, 5)):
+        earlier = (3 * randn(generator, s["T_q"], s["seen"])).tolist()
+        new = (3 * randn(generator, s["T_q"], s["b"])).tolist()
+        cases.append(case("", earlier, new, d_v=int(randint(generator, 1, 4))))
+    run_check("online_softmax_update", fn, cases, reference=online_softmax_update,
+              hints=("Results 0, 1, 2 are the new m, l and acc. When the maximum grows, by what "
+                     "factor must the sums made under the old maximum be multiplied? And what "
+                     "must a query that has seen only -inf scores end with?",
+                     "m_new = max(m, largest new score); p = exp(scores - m_new); both sums were "
+                     "made with exp(score - m), so multiply l and acc by exp(m - m_new) before "
+                     "adding p.sum(-1) and p @ values. While m_new is -inf, subtract 0 instead of "
+                     "m_new (exp(-inf - (-inf)) is NaN), so that l and acc stay 0."),
+              hint=hint)
+
+
+def _gqa_cases(generator):
+    """(description, (gqa, X, chunks)): a seeded GroupedQueryAttention with RoPE, whose weights the
+    learner's module receives, new positions X (B, T, d_model) and the sizes of the steps."""
+    fixed = [("one position per step", dict(h=4, g=2, d_k=2, B=2), (1, 1, 1, 1)),
+             ("several positions per step", dict(h=4, g=2, d_k=4, B=2), (3, 2)),
+             ("multi-query: one key-value head", dict(h=4, g=1, d_k=2, B=1), (2, 1, 3)),
+             ("multi-head: as many key-value heads as query heads", dict(h=2, g=2, d_k=4, B=2),
+              (1, 3)),
+             ("one step over everything", dict(h=6, g=3, d_k=2, B=1), (5,))]
+    for s in random_sizes(generator, 2, g=(1, 3), group=(1, 3), half_d_k=(1, 3), B=(1, 3),
+                          first=(1, 4), second=(1, 3)):
+        fixed.append(("", dict(h=s["g"] * s["group"], g=s["g"], d_k=2 * s["half_d_k"], B=s["B"]),
+                      (s["first"], s["second"])))
+    cases = []
+    for what, s, chunks in fixed:
+        d_model = s["h"] * s["d_k"]
+        with torch.random.fork_rng(devices=[]):  # the constructor draws from the global stream
+            gqa = random_module(GroupedQueryAttention(d_model, s["h"], s["g"], rotary=True),
+                                generator)
+        X = randn(generator, s["B"], sum(chunks), d_model)
+        label = (f"d_model={d_model}, h={s['h']}, g={s['g']}, d_k={s['d_k']}, B={s['B']}, steps of "
+                 f"{list(chunks)} positions")
+        cases.append((case_label(what, label), (gqa, X, chunks)))
+    return cases
+
+
+def _run_steps(step, X, chunks):
+    """Feed X in chunks to step(x, cache) with one KVCache; return (outputs of all steps side by
+    side (B, T, d_model), cached keys, cached values)."""
+    cache, outputs, start = KVCache(), [], 0
+    for size in chunks:
+        outputs.append(step(X[:, start:start + size], cache))
+        start += size
+    return torch.cat(outputs, dim=1), cache.keys, cache.values
+
+
+def check_cached_gqa_self_attention(cls: type, seed: int = 0, hint: int = 1) -> None:
+    """cls(d_model, num_heads, num_kv_heads): causal grouped-query self-attention with RoPE and a
+    key-value cache, with ``W_q`` (d_model -> d_model), ``W_k`` and ``W_v`` (d_model -> g * d_k)
+    and ``W_o`` (d_model -> d_model), all ``nn.Linear`` without bias; ``forward(X, cache)`` takes
+    new positions X (B, T_new, d_model) that follow the ``len(cache)`` positions of ``cache`` (a
+    d2lh.KVCache of (B, g, T_seen, d_k)), appends their keys (rotated at their positions) and
+    values, and returns (B, T_new, d_model). Compared over several steps, outputs and cache, with
+    ``d2lh.GroupedQueryAttention(..., rotary=True).step``."""
+    cases = _gqa_cases(seeded_generator(seed))
+
+    def learner(gqa, X, chunks):
+        module = cls(gqa.d_model, gqa.num_heads, gqa.num_kv_heads)
+        width = gqa.num_kv_heads * gqa.d_k
+        for name, shape in (("W_q", (gqa.d_model, gqa.d_model)), ("W_k", (width, gqa.d_model)),
+                            ("W_v", (width, gqa.d_model)), ("W_o", (gqa.d_model, gqa.d_model))):
+            layer = getattr(module, name, None)
+            if not isinstance(layer, nn.Linear) or tuple(layer.weight.shape) != shape:
+                raise TypeError(f"the module needs {name} = nn.Linear with weight of shape {shape} "
+                                f"(g * d_k = {width}), got {layer!r}")
+        with torch.no_grad():
+            for name in ("W_q", "W_k", "W_v", "W_o"):
+                getattr(module, name).weight.copy_(getattr(gqa, name).weight)
+            return _run_steps(module.eval(), X, chunks)
+
+    def reference(gqa, X, chunks):
+        with torch.no_grad():
+            return _run_steps(gqa.step, X, chunks)
+
+    run_check("CachedGQASelfAttention", learner, cases, reference,
+              hints=("Result 0 holds the outputs of all steps side by side, results 1 and 2 the "
+                     "keys and values cached at the end. At which positions are the new queries "
+                     "and keys, which key-value head does query head i read, and which cached "
+                     "positions may the i-th new position see?",
+                     "offset = len(cache); project Q (B, h, T_new, d_k), K and V (B, g, T_new, d_k); "
+                     "rotate Q and K (not V) with d2lh.apply_rotary at positions offset .. offset + "
+                     "T_new - 1; cache.append(K, V); repeat the cached keys and values for the h/g "
+                     "query heads of each group with repeat_interleave(h // g, dim=1) (query head i "
+                     "reads key-value head i // (h/g)); scale by sqrt(d_k); give the i-th new "
+                     "position the causal length offset + i + 1 (d2lh.causal_valid_lens with "
+                     "offset); merge the heads and apply W_o."),
+              hint=hint)
+
+
+def check_next_token_probs(fn: Callable, seed: int = 0, hint: int = 1) -> None:
+    """fn(logits, temperature, top_k) -> probabilities (B, V): softmax(logits / temperature) over
+    the top_k highest logits only (all of them when top_k is None), 0 elsewhere; temperature > 0.
+    As ``d2lh.next_token_probs``."""
+    generator = seeded_generator(seed)
+    fixed = [("temperature 1, no top-k: the softmax", randn(generator, 2, 6), 1.0, None),
+             ("a low temperature", randn(generator, 2, 6), 0.5, None),
+             ("a high temperature", randn(generator, 1, 8), 3.0, None),
+             ("top-1: all on the best token", randn(generator, 3, 5), 1.0, 1),
+             ("top-3 at temperature 0.7", randn(generator, 2, 7), 0.7, 3),
+             ("top-k with k = V keeps every token", randn(generator, 2, 4), 1.5, 4),
+             ("large logits", 500 + 100 * randn(generator, 2, 6), 0.8, 4)]
+    random = []
+    for s in random_sizes(generator, 2, B=(1, 3), V=(3, 12)):
+        k = int(randint(generator, 1, s["V"]))
+        temperature = float(0.2 + 2 * torch.rand(1, generator=generator))
+        random.append(("", 2 * randn(generator, s["B"], s["V"]), round(temperature, 2), k))
+    cases = [(case_label(what, f"logits {tuple(x.shape)}, temperature={t}, top_k={k}"), (x, t, k))
+             for what, x, t, k in fixed + random]
+    run_check("next_token_probs", fn, cases, reference=next_token_probs,
+              hints=("Do the probabilities of each row sum to 1 over the tokens kept? Is the "
+                     "temperature applied to the logits or to the probabilities, and how?",
+                     "keep the top_k largest logits of each row (logits.topk(top_k).values[:, -1:] "
+                     "is the smallest one kept) and set the others to -inf, then take "
+                     "torch.softmax(logits / temperature, dim=-1): dividing by the temperature "
+                     "before the softmax, which subtracts the largest logit and renormalises over "
+                     "the kept tokens."),
+              hint=hint)
