@@ -13,7 +13,7 @@
   holding the T_q x T_k matrix of weights. :func:`online_softmax_update`, :func:`online_softmax_attention`, and
   :class:`TensorMemoryTracker` to measure what an algorithm holds at once.
 - **A decoder-only language model** (pre-norm, causal, RoPE) with its key-value cache, and
-  sampling with temperature and top-k: :class:`DecoderOnlyBlock`, :class:`DecoderOnlyLM`,
+  sampling with temperature, top-k and top-p: :class:`DecoderOnlyBlock`, :class:`DecoderOnlyLM`,
   :class:`LMState`, :func:`next_token_probs`, :func:`generate`.
 
 Shape legend (as in :mod:`~d2lhelpers.attention`): B batch, T_q queries, T_k keys, T positions,
@@ -493,13 +493,15 @@ class DecoderOnlyLM(nn.Module):
         return self.step(tokens, self.init_state(), need_weights)
 
 
-def next_token_probs(logits: torch.Tensor, temperature: float = 1.0,
-                     top_k: int | None = None) -> torch.Tensor:
+def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                     top_p: float | None = None) -> torch.Tensor:
     """The distribution sampling draws the next token from: logits (B, V) -> probabilities (B, V).
 
-    softmax(logits / temperature), restricted to the ``top_k`` highest logits (the others get
-    probability 0; ties at the k-th value are all kept) when ``top_k`` is given. Temperature below
-    1 sharpens the distribution, above 1 flattens it; ``temperature=0`` is greedy decoding: all the
+    softmax(logits / temperature), restricted to the ``top_k`` highest logits (ties at the k-th
+    value are all kept) when ``top_k`` is given, then to the nucleus when ``top_p`` is given: the
+    fewest most probable tokens whose probabilities sum to at least ``top_p`` (Holtzman et al.
+    2020); the others get probability 0 and the kept ones are renormalised. Temperature below 1
+    sharpens the distribution, above 1 flattens it; ``temperature=0`` is greedy decoding: all the
     probability on the highest logit (the first one if several tie).
     """
     if not isinstance(logits, torch.Tensor) or logits.dim() != 2:
@@ -509,22 +511,33 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0,
         raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
     if top_k is not None:
         check_int(top_k, "top_k")
+    if top_p is not None and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+        raise ValueError(f"top_p must be a number in (0, 1], got {top_p!r}")
     if temperature == 0:
         return F.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(logits.dtype)
     if top_k is not None and top_k < logits.shape[-1]:
         kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1): the k-th highest logit
         logits = logits.masked_fill(logits < kth, -math.inf)
-    return torch.softmax(logits / temperature, dim=-1)
+    probs = torch.softmax(logits / temperature, dim=-1)
+    if top_p is not None:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        before = sorted_probs.cumsum(dim=-1) - sorted_probs  # probability of the tokens ahead
+        keep_sorted = before < top_p  # the token that crosses top_p is the last one kept
+        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+        probs = probs.masked_fill(~keep, 0.0)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
 
 
 @torch.no_grad()
 def generate(model: DecoderOnlyLM, prompt: torch.Tensor, max_new_tokens: int,
-             temperature: float = 1.0, top_k: int | None = None, eos: int | None = None,
-             use_cache: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+             temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+             eos: int | None = None, use_cache: bool = True,
+             generator: torch.Generator | None = None) -> torch.Tensor:
     """Continue each prompt (B, T_prompt) by up to ``max_new_tokens`` tokens; return them (B, T_new).
 
-    Each next token is drawn from :func:`next_token_probs` (``temperature=0``: greedy), with
-    ``generator`` for reproducible draws. After a row's ``eos`` (if given) it keeps emitting
+    Each next token is drawn from :func:`next_token_probs` (``temperature=0``: greedy; ``top_k``,
+    ``top_p``), with ``generator`` (on the prompt's device) for reproducible draws. After a row's ``eos`` (if given) it keeps emitting
     ``eos``; generation stops once every row has. With ``use_cache`` the prompt is fed once and
     then only the newest token, the model's state keeping the keys and values of earlier
     positions; without it, the whole sequence is fed again at every step. The two give the same
@@ -540,7 +553,7 @@ def generate(model: DecoderOnlyLM, prompt: torch.Tensor, max_new_tokens: int,
     finished = torch.zeros(prompt.shape[0], dtype=torch.bool, device=prompt.device)
     for _ in range(max_new_tokens):
         logits = model.step(fed, state) if use_cache else model(sequence)
-        probs = next_token_probs(logits[:, -1], temperature, top_k)  # (B, V)
+        probs = next_token_probs(logits[:, -1], temperature, top_k, top_p)  # (B, V)
         if temperature == 0:
             token = probs.argmax(dim=-1)
         else:

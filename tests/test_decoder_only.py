@@ -371,9 +371,24 @@ def test_next_token_probs_temperature_and_top_k():
     torch.testing.assert_close(d2lh.next_token_probs(logits, top_k=10), torch.softmax(logits, -1))
     hot, cold = (d2lh.next_token_probs(logits, temperature=t).max(dim=-1).values for t in (2.0, 0.5))
     assert torch.all(hot < torch.softmax(logits, -1).max(dim=-1).values) and torch.all(cold > hot)
-    for bad, message in [({"temperature": -1.0}, "temperature"), ({"top_k": 0}, "top_k")]:
+    for bad, message in [({"temperature": -1.0}, "temperature"), ({"top_k": 0}, "top_k"),
+                         ({"top_p": 0.0}, "top_p"), ({"top_p": 1.5}, "top_p")]:
         with pytest.raises(ValueError, match=message):
             d2lh.next_token_probs(logits, **bad)
+
+
+def test_top_p_keeps_the_nucleus():
+    probs = torch.tensor([[0.5, 0.05, 0.3, 0.15], [0.25, 0.25, 0.25, 0.25]])
+    logits = probs.log()
+    # row 0: 0.5, then 0.5 + 0.3 = 0.8 >= 0.75: tokens 0 and 2 kept; row 1: three tokens reach 0.75
+    got = d2lh.next_token_probs(logits, top_p=0.75)
+    torch.testing.assert_close(got[0], torch.tensor([0.5, 0, 0.3, 0]) / 0.8)
+    assert int((got[1] > 0).sum()) == 3
+    torch.testing.assert_close(d2lh.next_token_probs(logits, top_p=0.4)[0], torch.tensor([1.0, 0, 0, 0]))
+    torch.testing.assert_close(d2lh.next_token_probs(logits, top_p=1.0), probs)
+    # with top_k, the nucleus is taken among the k kept tokens, after renormalising them
+    both = d2lh.next_token_probs(logits, top_k=2, top_p=0.6)  # row 0: 0.5/0.8, 0.3/0.8 -> 0.625
+    torch.testing.assert_close(both[0], torch.tensor([1.0, 0, 0, 0]))
 
 
 def test_generate_with_and_without_cache_greedy_and_sampled():
@@ -383,6 +398,7 @@ def test_generate_with_and_without_cache_greedy_and_sampled():
     assert cached.shape == (4, 12)
     assert torch.equal(cached, d2lh.generate(model, prompt, 12, temperature=0, use_cache=False))
     assert torch.equal(cached, d2lh.generate(model, prompt, 12, top_k=1))  # top-1 is greedy
+    assert torch.equal(cached, d2lh.generate(model, prompt, 12, top_p=1e-6))  # so is a tiny nucleus
     draws = [d2lh.generate(model, prompt, 12, temperature=1.5,
                            generator=torch.Generator().manual_seed(0)) for _ in range(2)]
     assert torch.equal(draws[0], draws[1]) and not torch.equal(draws[0], cached)

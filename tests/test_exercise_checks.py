@@ -520,9 +520,9 @@ CHECKS["check_translation_log_prob"] = (translation_log_prob(), {
 
 from test_exercise_checks_beyond import (  # noqa: E402
     cached_gqa_self_attention,
-    next_token_probs,
     online_softmax_update,
     rotary_at_positions,
+    top_p_probs,
 )
 
 CHECKS["check_rotary_at_positions"] = (rotary_at_positions(), {
@@ -556,15 +556,18 @@ CHECKS["check_cached_gqa_self_attention"] = (cached_gqa_self_attention(), {
     "scaled by sqrt(d_model)": (cached_gqa_self_attention(scale="d_model"), "values differ"),
     "values rotated too": (cached_gqa_self_attention(rotate_values=True), "values differ"),
 })
-CHECKS["check_next_token_probs"] = (next_token_probs(), {
-    "logits multiplied by the temperature": (next_token_probs(temperature_op="multiply"),
-                                             "a low temperature"),
-    "top-k zeroed after the softmax, not renormalised": (next_token_probs(renormalise=False),
-                                                         "top-1"),
-    "the k lowest kept": (next_token_probs(keep="lowest"), "top-1"),
-    "exp without subtracting the largest logit": (next_token_probs(stable=False),
+CHECKS["check_top_p_probs"] = (top_p_probs(), {
+    "the token that crosses top_p left out": (top_p_probs(cumulative="after"), "a tiny top_p"),
+    "not renormalised": (top_p_probs(renormalise=False), "a tiny top_p"),
+    "the least probable tokens kept": (top_p_probs(descending=False), "a tiny top_p"),
+    "exp without subtracting the largest logit": (top_p_probs(stable=False),
                                                   "the result holds NaN"),
 })
+
+from test_exercise_checks_rnn import RNN_CHECKS  # noqa: E402
+
+CHECKS.update(RNN_CHECKS)
+
 
 @pytest.mark.parametrize("check", sorted(CHECKS))
 @pytest.mark.parametrize("seed", [0, 1])

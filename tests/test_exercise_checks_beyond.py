@@ -105,21 +105,26 @@ def cached_gqa_self_attention(rotate_queries=True, offset=True, interleave=True,
     return CachedGQASelfAttention
 
 
-def next_token_probs(temperature_op="divide", renormalise=True, keep="highest", stable=True):
-    """Temperature and top-k, right by default; each argument names a mistake."""
+def top_p_probs(cumulative="before", renormalise=True, descending=True, stable=True):
+    """Nucleus (top-p) probabilities, right by default; each argument names a mistake."""
 
-    def probs(logits, temperature, top_k):
-        scaled = logits / temperature if temperature_op == "divide" else logits * temperature
-        if top_k is not None:
-            order = scaled.argsort(dim=-1, descending=keep == "highest")
-            kept = torch.zeros_like(scaled, dtype=torch.bool).scatter(1, order[:, :top_k], True)
+    def probs(logits, top_p):
+        if stable:
+            p = torch.softmax(logits, dim=-1)
         else:
-            kept = torch.ones_like(scaled, dtype=torch.bool)
-        if not stable:
-            e = torch.exp(scaled)
-            return e * kept / (e * kept).sum(dim=-1, keepdim=True)
-        if not renormalise:  # zeroes the others after the softmax over all tokens
-            return torch.softmax(scaled, dim=-1) * kept
-        return torch.softmax(scaled.masked_fill(~kept, -math.inf), dim=-1)
+            e = torch.exp(logits)
+            p = e / e.sum(dim=-1, keepdim=True)
+        kept = torch.zeros_like(p, dtype=torch.bool)
+        for row in range(p.shape[0]):  # row by row, written differently from the reference
+            total = 0.0
+            for index in p[row].argsort(descending=descending).tolist():
+                if cumulative == "before" and total >= top_p:
+                    break
+                if cumulative == "after" and total + p[row, index].item() > top_p:
+                    break  # stops before the token that crosses top_p
+                kept[row, index] = True
+                total += p[row, index].item()
+        out = p * kept
+        return out / out.sum(dim=-1, keepdim=True) if renormalise else out
 
     return probs

@@ -1,14 +1,10 @@
-"""The checks of notebook 08's exercises (a GRU cell, a Luong decoder step) pass right answers,
-written independently of their references, and catch the plausible wrong ones, naming the input
-they failed on."""
+"""Answers to the checks of notebook 08's exercises (a GRU cell, a Luong decoder step): right ones,
+written independently of the references, and the plausible wrong ones, which the shared tests of
+test_exercise_checks.py run through the checks."""
 
 from __future__ import annotations
 
-import pytest
 import torch
-
-import d2lhelpers as d2lh
-from d2lhelpers.exercises import ExerciseCheckFailed
 
 
 def gru_cell(x, h, W_ih, W_hh, b_ih, b_hh, order=(0, 1, 2), swap_update=False, reset="outside",
@@ -56,7 +52,9 @@ def luong_step(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c, query=
     return attentional, hidden if return_old else new_hidden, weights
 
 
-CHECKS = {
+# Registered in the shared CHECKS table of test_exercise_checks.py, which runs the right and
+# wrong answers through the common tests.
+RNN_CHECKS = {
     "check_gru_cell": (gru_cell, {
         "update gate on the wrong side: z * n + (1 - z) * h": (
             lambda *a: gru_cell(*a, swap_update=True), "update gate z = 1"),
@@ -88,15 +86,6 @@ CHECKS = {
 }
 
 
-@pytest.mark.parametrize("check", sorted(CHECKS))
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_check_passes_a_right_answer(check, seed, capsys):
-    right, _ = CHECKS[check]
-    getattr(d2lh.exercises, check)(right, seed=seed)
-    line = capsys.readouterr().out
-    assert line.startswith("Correct: ") and line.endswith(" checks.\n") and line.count("\n") == 1
-
-
 def test_the_right_answers_agree_with_pytorch():
     torch.manual_seed(0)
     cell = torch.nn.GRUCell(3, 5)
@@ -111,35 +100,3 @@ def test_the_right_answers_agree_with_pytorch():
         _, s, weights = luong_step(torch.randn(2, 3), h[:2], enc, torch.tensor([1, 1]), cell,
                                    torch.eye(5), W_c)
     assert torch.equal(weights, torch.tensor([[1.0, 0, 0, 0]] * 2))
-
-
-WRONG = [(check, mistake) for check, (_, mistakes) in sorted(CHECKS.items()) for mistake in mistakes]
-
-
-@pytest.mark.parametrize("check, mistake", WRONG, ids=[f"{c}-{m}" for c, m in WRONG])
-def test_check_fails_a_plausible_wrong_answer_naming_the_input(check, mistake, capsys):
-    wrong, must_mention = CHECKS[check][1][mistake]
-    with pytest.raises(ExerciseCheckFailed) as failure:
-        getattr(d2lh.exercises, check)(wrong)
-    message = str(failure.value)
-    assert must_mention in message
-    assert "on input " in message and "Hint" in message
-    assert "Correct" not in capsys.readouterr().out
-
-
-@pytest.mark.parametrize("check", sorted(CHECKS))
-def test_a_stub_is_reported_as_not_implemented(check):
-    def stub(*args):
-        raise NotImplementedError()
-
-    with pytest.raises(ExerciseCheckFailed, match="not implemented yet"):
-        getattr(d2lh.exercises, check)(stub)
-
-
-@pytest.mark.parametrize("check", sorted(CHECKS))
-def test_checks_leave_the_global_random_state_alone(check, capsys):
-    torch.manual_seed(123)
-    expected = torch.rand(3)
-    torch.manual_seed(123)
-    getattr(d2lh.exercises, check)(CHECKS[check][0])
-    assert torch.equal(torch.rand(3), expected)

@@ -39,8 +39,8 @@ from .transformer import check_cached_block_step, check_causal_additive_mask, ch
 from .translation import check_cached_greedy_decode, check_translation_log_prob
 from .transformer_in_practice import check_real_token_smoothing, check_advance_beams
 from .bahdanau_attention import check_gru_cell, check_luong_step
-from .beyond_2017 import (check_cached_gqa_self_attention, check_next_token_probs,
-                          check_online_softmax_update, check_rotary_at_positions)
+from .beyond_2017 import (check_cached_gqa_self_attention, check_online_softmax_update,
+                          check_rotary_at_positions, check_top_p_probs)
 from .runner import ExerciseCheckFailed, run_check
 
 __all__ = [
@@ -70,5 +70,5 @@ __all__ = [
     "check_rotary_at_positions",
     "check_online_softmax_update",
     "check_cached_gqa_self_attention",
-    "check_next_token_probs",
+    "check_top_p_probs",
 ]

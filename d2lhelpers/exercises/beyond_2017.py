@@ -15,7 +15,7 @@ from .cases import case_label, randint, randn, random_module, random_sizes, seed
 from .runner import run_check
 
 __all__ = ["check_rotary_at_positions", "check_online_softmax_update",
-           "check_cached_gqa_self_attention", "check_next_token_probs"]
+           "check_cached_gqa_self_attention", "check_top_p_probs"]
 
 
 def check_rotary_at_positions(fn: Callable, seed: int = 0, hint: int = 1) -> None:
@@ -175,31 +175,33 @@ def check_cached_gqa_self_attention(cls: type, seed: int = 0, hint: int = 1) -> 
               hint=hint)
 
 
-def check_next_token_probs(fn: Callable, seed: int = 0, hint: int = 1) -> None:
-    """fn(logits, temperature, top_k) -> probabilities (B, V): softmax(logits / temperature) over
-    the top_k highest logits only (all of them when top_k is None), 0 elsewhere; temperature > 0.
-    As ``d2lh.next_token_probs``."""
+def check_top_p_probs(fn: Callable, seed: int = 0, hint: int = 1) -> None:
+    """fn(logits, top_p) -> probabilities (B, V): the softmax of the logits restricted to the
+    nucleus, the fewest most probable tokens whose probabilities sum to at least top_p (0 < top_p
+    <= 1), renormalised; 0 for every other token. As ``d2lh.next_token_probs(logits,
+    top_p=top_p)``."""
     generator = seeded_generator(seed)
-    fixed = [("temperature 1, no top-k: the softmax", randn(generator, 2, 6), 1.0, None),
-             ("a low temperature", randn(generator, 2, 6), 0.5, None),
-             ("a high temperature", randn(generator, 1, 8), 3.0, None),
-             ("top-1: all on the best token", randn(generator, 3, 5), 1.0, 1),
-             ("top-3 at temperature 0.7", randn(generator, 2, 7), 0.7, 3),
-             ("top-k with k = V keeps every token", randn(generator, 2, 4), 1.5, 4),
-             ("large logits", 500 + 100 * randn(generator, 2, 6), 0.8, 4)]
+    fixed = [("top_p = 1: every token", randn(generator, 2, 6), 1.0),
+             ("a tiny top_p: only the most probable token", randn(generator, 3, 5), 1e-3),
+             ("top_p = 0.9", 2 * randn(generator, 2, 8), 0.9),
+             ("the most probable token alone reaches top_p in row 0",
+              torch.tensor([[5.0, 1.0, 0.0, -1.0], [0.5, 0.4, 0.3, 0.2]]), 0.6),
+             ("large logits", 500 + 100 * randn(generator, 2, 6), 0.5)]
     random = []
     for s in random_sizes(generator, 2, B=(1, 3), V=(3, 12)):
-        k = int(randint(generator, 1, s["V"]))
-        temperature = float(0.2 + 2 * torch.rand(1, generator=generator))
-        random.append(("", 2 * randn(generator, s["B"], s["V"]), round(temperature, 2), k))
-    cases = [(case_label(what, f"logits {tuple(x.shape)}, temperature={t}, top_k={k}"), (x, t, k))
-             for what, x, t, k in fixed + random]
-    run_check("next_token_probs", fn, cases, reference=next_token_probs,
-              hints=("Do the probabilities of each row sum to 1 over the tokens kept? Is the "
-                     "temperature applied to the logits or to the probabilities, and how?",
-                     "keep the top_k largest logits of each row (logits.topk(top_k).values[:, -1:] "
-                     "is the smallest one kept) and set the others to -inf, then take "
-                     "torch.softmax(logits / temperature, dim=-1): dividing by the temperature "
-                     "before the softmax, which subtracts the largest logit and renormalises over "
-                     "the kept tokens."),
+        top_p = round(float(0.1 + 0.85 * torch.rand(1, generator=generator)), 2)
+        random.append(("", 2 * randn(generator, s["B"], s["V"]), top_p))
+    cases = [(case_label(what, f"logits {tuple(x.shape)}, top_p={p}"), (x, p))
+             for what, x, p in fixed + random]
+    run_check("top_p_probs", fn, cases,
+              reference=lambda logits, top_p: next_token_probs(logits, top_p=top_p),
+              hints=("Sort each row's probabilities from the largest down: which tokens belong to "
+                     "the nucleus, including the one that crosses top_p? Do the kept "
+                     "probabilities sum to 1, and are they back at their tokens' places?",
+                     "probs = torch.softmax(logits, -1); sorted, order = probs.sort(-1, "
+                     "descending=True); keep a sorted token when the probability of the tokens "
+                     "before it, sorted.cumsum(-1) - sorted, is below top_p (so the token that "
+                     "crosses top_p is kept and the most probable one always is); put the keep "
+                     "mask back in vocabulary order (scatter with order), zero the others and "
+                     "divide by the sum of what is kept."),
               hint=hint)
