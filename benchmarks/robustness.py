@@ -37,7 +37,168 @@ KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "langua
 
 # The quantities behind each notebook's stochastic assertions: name -> a Python expression evaluated
 # in the notebook's kernel after the run (also after a failed run, for what exists by then).
-WATCHED: dict[str, dict[str, str]] = {}
+# Each name says which bound the notebook asserts. Notebook 01 draws nothing at random: no entry.
+WATCHED: dict[str, dict[str, str]] = {
+    "02_nadaraya_watson": {
+        "NW error / average error (< 0.75)": "error(y_hat_nw) / error(y_hat_avg)",
+        "training error rises with the width (smallest step > 0)":
+            "min(b - a for a, b in zip(train_errors, train_errors[1:]))",
+        "narrow: training error / noise (< 1)": "tr_n / noise",
+        "narrow: test / training error (> 2)": "te_n / tr_n",
+        "narrow minus best test error (> 0)": "te_n - te_b",
+        "wide: training error / noise (> 2)": "tr_w / noise",
+        "wide / best test error (> 2)": "te_w / te_b",
+        "best width (> 0.05, < 2)": "best",
+        "shrinking width: smallest fall of the error (> 0)":
+            "min(a - b for a, b in zip(shrinking_errors, shrinking_errors[1:]))",
+        "shrinking width: first / last error (> 8)": "shrinking_errors[0] / shrinking_errors[-1]",
+        "width 1: last / second error (> 0.8)": "fixed_errors[-1] / fixed_errors[1]",
+        "last error, width 1 / shrinking (> 5)": "fixed_errors[-1] / shrinking_errors[-1]",
+        "grid index of the lowest leave-one-out loss (1 .. 9)": "lowest",
+        "learned w (> 1)": "w_learned",
+        "final loss minus the grid's lowest (<= 0.005)": "losses[-1] - min(loss_loo)",
+        "largest weight, learned / w = 1 (> 1)":
+            "concentration(weights_param)[0] / concentration(weights_nw)[0]",
+        "keys used, learned / w = 1 (< 1)":
+            "concentration(weights_param)[1] / concentration(weights_nw)[1]",
+        "roughness, learned / w = 1 (> 2)": "roughness(y_hat_param) / roughness(y_hat_nw)",
+        "10 draws: largest error difference learned - w = 1 (< 0)": "max(differences)",
+        "10 draws: upper end of its 95% interval (< 0)": "high",
+        "10 draws: smallest learned w (> 1)": "min(ws)",
+        "10 draws: smallest roughness ratio (> 2)": "min(roughness_ratios)",
+        "exercise 3: learned loss minus the grid's lowest (<= 0.005)":
+            "error_learned - search_errors[i_search]",
+    },
+    "03_attention_scoring": {
+        "dropout: largest |mean - x| in standard errors (<= 5)":
+            "((mean - x).abs()[:6] / std_error[:6]).max()",
+        "nn.Dropout: largest |mean - x| in standard errors (<= 5)":
+            "((dropout_draws.mean(dim=0) - x).abs()[:6] / std_error[:6]).max()",
+        "Var(q.k) / d: largest deviation from 1, in tolerances (< 1)":
+            "max(abs(v / d - 1) / (5 * math.sqrt((2 + 6 / d) / num_pairs)) "
+            "for (v, _), d in zip(variances, dims))",
+        "unscaled: mean largest weight at d = 1024 (> 0.95)": "unscaled['max weight'][-1]",
+        "unscaled: smallest rise of the largest weight (> 0)":
+            "min(b - a for a, b in zip(unscaled['max weight'], unscaled['max weight'][1:]))",
+        "unscaled: smallest fall of the Jacobian norm (> 0)":
+            "min(a - b for a, b in zip(unscaled['jacobian norm'], unscaled['jacobian norm'][1:]))",
+        "unscaled: Jacobian norm d = 1024 / d = 4 (< 0.2)":
+            "unscaled['jacobian norm'][-1] / unscaled['jacobian norm'][0]",
+        "scaled: range of the largest weight (< 0.05)":
+            "max(scaled['max weight']) - min(scaled['max weight'])",
+        "scaled: Jacobian norm largest / smallest (< 1.1)":
+            "max(scaled['jacobian norm']) / min(scaled['jacobian norm'])",
+        "Jacobian norm at d = 1024, scaled / unscaled (> 5)":
+            "scaled['jacobian norm'][-1] / unscaled['jacobian norm'][-1]",
+        "predicting 0: test MSE (0.9 .. 1.1)": "baseline",
+        "softmax: largest test MSE (< 0.05)": "max(mse['softmax'])",
+        "softmax: smallest retrieval accuracy (> 0.95)":
+            "min(r['retrieval accuracy'] for r in runs['softmax'])",
+        "alternatives: smallest MSE / largest softmax MSE (> 3)":
+            "min(min(mse[name]) for name in alternatives) / max(mse['softmax'])",
+        "no normalisation: smallest MSE / largest of the others (> 1.2)":
+            "min(mse['none (linear)']) / max(max(mse[name]) for name in alternatives[:-1])",
+        "all: smallest share of right arg-max (> 0.95)":
+            "min(r['arg-max right'] for rs in runs.values() for r in rs)",
+        "softmax: smallest weight on the right key (> 0.95)":
+            "min(r['weight on the right key'] for r in runs['softmax'])",
+        "sigmoid: smallest |sum of the weights - 1| (> 0.05)":
+            "min(abs(r['sum of the weights'] - 1) for r in runs['sigmoid'])",
+    },
+    "04_multihead_attention": {
+        "random heads: largest |weight - 1/T| (< 0.05)": "(w - 1 / T).abs().max()",
+        "random heads: largest difference between heads 1 and 2 (> 0)":
+            "(w[0, 0] - w[0, 1]).abs().max()",
+    },
+    "05_self_attention_positional_encoding": {
+        "with positions: lowest accuracy on length 16 (> 0.95)":
+            "min(in_length[name, s] for name in ('sinusoidal', 'learned') for s in seeds)",
+        "no positions: highest accuracy on length 16 (< 0.5)":
+            "max(in_length['none', s] for s in seeds)",
+        "learned, positions 16-63: highest accuracy (< 0.094)": "unseen_accuracy['learned'].max()",
+        "sinusoidal, positions 16-63: lowest accuracy (> 0.125)":
+            "unseen_accuracy['sinusoidal'].min()",
+        "sinusoidal, positions 16-63: highest accuracy (< 0.6)":
+            "unseen_accuracy['sinusoidal'].max()",
+        "sinusoidal minus no positions, 16-63: smallest (> 0)": "gain_none.min()",
+        "sinusoidal minus learned, 16-63: lower end of the 95% interval (> 0.1)": "low",
+        "sinusoidal, mean curve on 16-63: lowest (< 0.2)": "sinusoidal_curve.min()",
+        "sinusoidal, mean curve on 16-63: highest (> 0.5)": "sinusoidal_curve.max()",
+        "sinusoidal: accuracy at length 16 minus on positions 1-15 of 64 (> 0)":
+            "min(in_length['sinusoidal', s] - seen_accuracy['sinusoidal'][k].item() "
+            "for k, s in enumerate(seeds))",
+        "relative bias: largest |accuracy 16-63 - accuracy 1-15| (< 0.05)":
+            "(relative_unseen - relative_seen).abs().max()",
+        "relative bias minus sinusoidal, 16-63: smallest (> 0.3)":
+            "(relative_unseen - unseen_accuracy['sinusoidal']).min()",
+    },
+    "06_transformer": {
+        "embedding std, in standard errors from 0.25 (< 5)": "abs(raw_std - 0.25) / standard_error",
+        "W_q = W_k: share of tokens whose top score is their own (> 0.5)": "shared_self",
+        "separate: share of tokens whose top score is their own (< 0.25)": "separate_self",
+    },
+    "07_translation": {
+        "first epoch loss (> 3.0)": "report.epoch_losses[0]",
+        "last epoch loss (< 1.0)": "report.epoch_losses[-1]",
+        "held-out BLEU (> 25)": "bleu",
+        "95% interval: low end / 10 x best baseline (> 1)":
+            "low / (10 * max(copy_bleu, constant_bleu))",
+        "95% interval width (< 15)": "high - low",
+        "tokens per second": "report.tokens_per_second",
+    },
+    "08_bahdanau_attention": {
+        "RNN: last / first epoch loss (< 0.4)":
+            "rnn_report.epoch_losses[-1] / rnn_report.epoch_losses[0]",
+        "RNN: held-out BLEU (> 12)": "rnn_bleu",
+        "Transformer: held-out BLEU (> 22)": "transformer_bleu",
+        "RNN: monotonic steps minus chance (> 0.2)": "rnn_monotonic - chance_monotonic",
+        "BLEU, Transformer - RNN (> 0)": "comparison.difference",
+        "paired bootstrap p-value (< 0.05)": "comparison.p_value",
+        "95% interval lows, Transformer - RNN (> 0)":
+            "comparison.system_interval[0] - comparison.baseline_interval[0]",
+        "training tokens/s, Transformer / RNN (not asserted)": "throughput_ratio",
+        "training s, RNN / Transformer (not asserted)":
+            "rnn_report.seconds / transformer_report.seconds",
+        "GRU sensitivity, distance 29 / distance 1 (< 1e-3)": "gru_decay",
+        "self-attention sensitivity, largest / smallest (< 2)": "attention_spread",
+        "update time RNN / Transformer, smallest over T (> 1.5)": "min(slowdown)",
+        "RNN update time, smallest growth per doubling of T (> 1.3)":
+            "min(b / a for a, b in zip(rnn_times, rnn_times[1:]))",
+    },
+    "09_transformer_in_practice": {
+        "baseline: exact match (>= 0.85)": "baseline_accuracy",
+        "baseline: final loss (< 0.1)": "baseline_report.epoch_losses[-1]",
+        "plain confidence (> 0.98)": "plain_confidence",
+        "smoothed: |confidence - q| (< 0.03)": "abs(smooth_confidence - q_true)",
+        "smoothed: final loss - floor (0 .. 0.05)": "smoothed_report.epoch_losses[-1] - floor",
+        "smoothed: exact match (>= 0.95)": "smoothed_accuracy",
+        "post-norm, no warm-up: highest exact match (< 0.1)": "max(post_cold)",
+        "post-norm, no warm-up: lowest final loss (> 1.5)": "min(stuck_losses)",
+        "post-norm, warm-up: lowest exact match (>= 0.8)": "min(post_warm)",
+        "pre-norm, no warm-up: mean exact match (> 0.2)": "statistics.mean(pre_cold)",
+        "pre-norm: mean gain of warm-up (> 0)":
+            "statistics.mean(pre_warm) - statistics.mean(pre_cold)",
+        "gradient slope, pre-norm (-0.5 .. -0.05)": "slopes[True]",
+        "gradient slope, post-norm (> -0.02)": "slopes[False]",
+        "gap growth (> 1.5)": "(post_grad[-1] / pre_grad[-1]) / (post_grad[0] / pre_grad[0])",
+        "hand-written beam search agrees (== 30)": "agree",
+        "greedy BLEU (> 15)": "bleu[1, None]",
+        "beam 4 - greedy BLEU (> -1)": "beam_vs_greedy.difference",
+        "beam 4 - greedy: p-value": "beam_vs_greedy.p_value",
+        "beam 2 - greedy BLEU (> -1)": "bleu[2, ALPHA] - bleu[1, None]",
+        "beam 2, 4: lowest share scoring >= greedy (>= 0.95)": "min(better.values())",
+        "alpha 1 - alpha 0 mean length (> 0)":
+            "by_alpha[1.0].lengths.float().mean() - by_alpha[0.0].lengths.float().mean()",
+        "recipe - constant BLEU": "recipe.difference",
+        "recipe - constant: p-value": "recipe.p_value",
+        "seed 1 - seed 0 BLEU": "reseeded.difference",
+        "seed 1 - seed 0: p-value": "reseeded.p_value",
+        "lowest of the three BLEU (> 15)": "min(recipe.system, reseeded.system, recipe.baseline)",
+        "smoothed - plain final loss (> 0)":
+            "recipe_report.epoch_losses[-1] - mt_report.epoch_losses[-1]",
+        "cache speed-up at T = 60 (> 1.5)": "timings[False][-1] / timings[True][-1]",
+    },
+}
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

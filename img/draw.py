@@ -135,6 +135,31 @@ def softmax(scores):
 # The diagrams
 
 
+def attention_cues():
+    """Nonvolitional cue (the salient red cup) and volitional cue (the book I want to read) (01)."""
+    fig, axes = plt.subplots(1, 2, figsize=(9.0, 2.6))
+    objects = ["news-\npaper", "research\npaper", "note-\nbook", "book", "coffee\ncup"]
+    for ax, target, title in [(axes[0], "coffee\ncup", "nonvolitional cue: the salient red cup"),
+                              (axes[1], "book", "volitional cue: I want to read, so the book")]:
+        for i, name in enumerate(objects):
+            red = name.startswith("coffee")
+            ax.add_patch(Rectangle((i * 1.2, 0), 1, 1.4, color=WEIGHT if red else "#bfbfbf"))
+            ax.text(i * 1.2 + 0.5, 0.7, name, ha="center", va="center", fontsize=9,
+                    color="white" if red else INK)
+        ax.add_patch(Circle((2.9, 3.1), 0.17, color=INK))  # the eye
+        ax.text(3.2, 3.1, "you", va="center", fontsize=9, color=INK)
+        x = objects.index(target) * 1.2 + 0.5
+        ax.annotate("", xy=(x, 1.5), xytext=(2.9, 2.9),
+                    arrowprops=dict(arrowstyle="-|>", lw=2, color=INK, mutation_scale=14))
+        ax.set_title(title, fontsize=11)
+        ax.set_xlim(-0.2, 6.0)
+        ax.set_ylim(-0.2, 3.5)
+        ax.set_aspect("equal")
+        ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
 def attention_pooling():
     """Query and keys -> scoring function -> softmax -> weighted sum of the values (01, 03)."""
     fig, ax = canvas(9.0, 3.9)
@@ -591,6 +616,7 @@ def label_smoothing():
 
 # The diagrams, by file name; the notebooks that show each are found by tests/test_diagrams.py.
 DIAGRAMS = {
+    "attention_cues": attention_cues,
     "attention_pooling": attention_pooling,
     "masked_softmax": masked_softmax,
     "scaled_dot_product_and_multihead": scaled_dot_product_and_multihead,
@@ -658,19 +684,25 @@ def embedded_copies(notebook_path: pathlib.Path) -> list[tuple[str, bytes]]:
 
 def refresh_notebook(notebook_path: pathlib.Path) -> bool:
     """Replace every embedded copy of a diagram by the current file; True if something changed."""
-    text = notebook_path.read_text(encoding="utf-8")
+    import nbformat
+
+    notebook = nbformat.read(notebook_path, as_version=4)
 
     def current(match: re.Match) -> str:
-        name = pathlib.Path(match["title"] or "").stem
-        if not (match["title"] or "").startswith("img/") or name not in DIAGRAMS:
+        title = match["title"] or ""
+        if not title.startswith("img/") or pathlib.Path(title).stem not in DIAGRAMS:
             return match[0]
-        data = base64.b64encode(path_of(name).read_bytes()).decode("ascii")
-        return f'![{match["alt"]}](data:image/png;base64,{data} "{match["title"]}")'
+        data = base64.b64encode(path_of(pathlib.Path(title).stem).read_bytes()).decode("ascii")
+        return f'![{match["alt"]}](data:image/png;base64,{data} "{title}")'
 
-    new = EMBEDDED.sub(current, text)
-    if new != text:
-        notebook_path.write_text(new, encoding="utf-8")
-    return new != text
+    changed = False
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown":
+            new = EMBEDDED.sub(current, cell.source)
+            changed, cell.source = changed or new != cell.source, new
+    if changed:
+        nbformat.write(notebook, notebook_path)
+    return changed
 
 
 def same_picture(a: bytes, b: bytes) -> bool:
