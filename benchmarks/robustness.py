@@ -198,6 +198,23 @@ WATCHED: dict[str, dict[str, str]] = {
             "recipe_report.epoch_losses[-1] - mt_report.epoch_losses[-1]",
         "cache speed-up at T = 60 (> 1.5)": "timings[False][-1] / timings[True][-1]",
     },
+    "10_beyond_2017": {
+        "added encoding: smallest spread of a score along a diagonal (> 0.1)": "added_spread",
+        "length 16: lowest accuracy of any model (> 0.95)":
+            "min(in_length[name].min().item() for name in ENCODINGS)",
+        "RoPE, positions 16-63: lowest accuracy over seeds (> 0.8)":
+            "unseen_accuracy['rope'].min().item()",
+        "sinusoidal, positions 16-63: highest accuracy over seeds (< 0.7)":
+            "unseen_accuracy['sinusoidal'].max().item()",
+        "RoPE - sinusoidal, 16-63: mean over seeds (not asserted)": "gain.mean().item()",
+        "RoPE - sinusoidal, 16-63: lower end of the 95% interval (> 0.3)": "low",
+        "naive / online peak memory at the largest T (not asserted; growth asserted)": "ratio",
+        "LM: last / first epoch training loss (< 0.8)": "epoch_losses[-1] / epoch_losses[0]",
+        "LM: held-out perplexity (not asserted)": "lm_ppl",
+        "LM / bigram held-out perplexity (< 0.8)": "lm_ppl / bigram_ppl",
+        "generation: cache speed-up at the longest length (> 2)": "speedups[-1]",
+        "distinct sampled sentences at tau = 1.5, of 20 (> 1)": "distinct['tau = 1.5']",
+    },
 }
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
