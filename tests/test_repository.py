@@ -80,7 +80,8 @@ def test_readme_lists_every_notebook_with_its_badge():
 
 def test_readme_describes_every_notebooks_exercises_and_names_every_check():
     readme = (ROOT / "README.md").read_text()
-    teaching = readme.split("What each notebook's exercises cover:", 1)[1].split("\n## ", 1)[0]
+    heading = "What each notebook's exercises cover, and its exercise copy:"
+    teaching = readme.split(heading, 1)[1].split("\n## ", 1)[0]
     for notebook in NOTEBOOKS:
         number = notebook.name[:2]
         assert f"\n| {number} | " in teaching, f"README's exercise table has no row for {number}"
