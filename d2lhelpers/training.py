@@ -122,7 +122,7 @@ def train_seq2seq(model: nn.Module, data_loader, num_epochs: int | None = None, 
 
     device = device or next(model.parameters()).device
     model.to(device).train()
-    if optimizer is None:  # fused: one kernel updates every parameter, where PyTorch has one
+    if optimizer is None:  # fused: one kernel updates every parameter tensor at once
         optimizer = torch.optim.Adam(model.parameters(), lr=2e-3,
                                      fused=torch.device(device).type in ("cpu", "cuda"))
     report = TrainingReport()
