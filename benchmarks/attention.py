@@ -26,7 +26,6 @@ import platform
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 from torch.utils import benchmark
 
 import d2lhelpers as d2lh
@@ -93,8 +92,7 @@ def multihead_cases(T: int, batch_size: int, d_model: int, num_heads: int, **_):
     X = torch.randn(batch_size, T, d_model, requires_grad=True)
     valid_lens, allowed = padding(batch_size, T)
     ours = d2lh.MultiHeadAttention(d_model, num_heads)
-    theirs = d2lh.copy_to_torch_layer(
-        ours, nn.MultiheadAttention(d_model, num_heads, bias=False, batch_first=True))
+    theirs = ours.to_torch()
     key_padding_mask = ~allowed[:, 0, :]  # (B, T_k), PyTorch's convention: True = ignore
 
     def readable():

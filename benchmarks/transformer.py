@@ -30,7 +30,7 @@ SIZE = dict(d_model=64, num_heads=4, ffn_hidden=128, num_layers=2, dropout=0.1)
 
 class TorchTransformer(nn.Module):
     """torch.nn.Transformer with the course model's embeddings, positional encoding and output layer,
-    exposing the same interface (``encoder(src, src_valid_len)``, ``decoder(tokens, enc, src_valid_len)``)
+    exposing the same interface (``encoder(src, src_valid_lens)``, ``decoder(tokens, enc, src_valid_lens)``)
     so that the same training loop and greedy decoding (without a cache) serve both."""
 
     def __init__(self, src_vocab_size, tgt_vocab_size, d_model, num_heads, ffn_hidden, num_layers,
@@ -53,21 +53,21 @@ class TorchTransformer(nn.Module):
     def _padding_mask(valid_lens, length):
         return torch.arange(length, device=valid_lens.device)[None, :] >= valid_lens[:, None]
 
-    def encoder(self, src, src_valid_len):
-        mask = self._padding_mask(src_valid_len, src.shape[1])
+    def encoder(self, src, src_valid_lens):
+        mask = self._padding_mask(src_valid_lens, src.shape[1])
         return self.transformer.encoder(self._embed(self.src_embedding, src), src_key_padding_mask=mask)
 
-    def decoder(self, tokens, enc_outputs, src_valid_len, state=None):
+    def decoder(self, tokens, enc_outputs, src_valid_lens, state=None):
         T = tokens.shape[1]
         causal = nn.Transformer.generate_square_subsequent_mask(T, device=tokens.device)
-        memory_mask = self._padding_mask(src_valid_len, enc_outputs.shape[1])
+        memory_mask = self._padding_mask(src_valid_lens, enc_outputs.shape[1])
         X = self.transformer.decoder(self._embed(self.tgt_embedding, tokens), enc_outputs,
                                      tgt_mask=causal, tgt_is_causal=True,
                                      memory_key_padding_mask=memory_mask)
         return self.output(X)
 
-    def forward(self, src, src_valid_len, tgt_input):
-        return self.decoder(tgt_input, self.encoder(src, src_valid_len), src_valid_len)
+    def forward(self, src, src_valid_lens, dec_input):
+        return self.decoder(dec_input, self.encoder(src, src_valid_lens), src_valid_lens)
 
 
 def train_alternately(models, data, seconds):
@@ -94,7 +94,7 @@ def train_alternately(models, data, seconds):
 
 def decoding_times(model, data, lengths=(10, 50), repeats=5):
     """Median seconds to greedily decode a batch of 100 held-out sentences to exactly n tokens."""
-    src, src_valid_len = data.encode_source(list(data.held_out)[:100])
+    src, src_valid_lens = data.encode_source(list(data.held_out)[:100])
     rows = []
     for n in lengths:
         times = {}
@@ -103,7 +103,7 @@ def decoding_times(model, data, lengths=(10, 50), repeats=5):
             for _ in range(repeats):
                 start = time.perf_counter()
                 # eos=-1 never occurs, so every sequence runs the full n steps
-                d2lh.greedy_decode(model, src, src_valid_len, data.tgt_vocab.bos, -1, n, use_cache)
+                d2lh.greedy_decode(model, src, src_valid_lens, data.tgt_vocab.bos, -1, n, use_cache)
                 runs.append(time.perf_counter() - start)
             times[use_cache] = sorted(runs)[len(runs) // 2]
         rows.append((n, times[False], times[True], times[False] / times[True]))

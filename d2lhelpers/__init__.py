@@ -3,19 +3,20 @@
 In notebooks: ``import d2lhelpers as d2lh``. Each public name lives in the module of its concern
 and is imported here by name, so that editors and type checkers see them all:
 
-- ``basics``: seeds, devices, a timer;
+- ``basics``: seeds, devices, input checks, the measuring tools (a timer, a tensor-memory tracker);
 - ``plotting``: curves, attention heatmaps, a live training plot (the only module using matplotlib);
-- ``attention``: masks, masked softmax, the scoring functions, multi-head attention, the
-  key-value cache;
-- ``positional``: the sinusoidal positional encoding;
+- ``attention``: masks, masked softmax, the scoring functions, the online softmax, multi-head (and
+  grouped-query) attention, the key-value cache;
+- ``positional``: the sinusoidal positional encoding and rotary position embeddings (RoPE);
 - ``transformer``: the encoder-decoder Transformer, block by block;
 - ``rnn``: the RNN (GRU) encoder-decoder with Bahdanau attention, the baseline;
 - ``data``: the English-French pairs, vocabularies and batches;
 - ``training``: the masked loss, the warm-up schedule, the training loop;
-- ``decoding``: greedy decoding, beam search, translation and held-out BLEU;
+- ``decoding``: greedy decoding, beam search, translation and held-out BLEU; sampling filters
+  (temperature, top-k, top-p) and generation from a language model;
 - ``bleu``: BLEU, the teaching formula and the corpus score we report;
-- ``decoder_only``: beyond 2017: rotary positions, grouped-query attention, online softmax, a
-  decoder-only language model with its cache, sampling;
+- ``decoder_only``: beyond 2017: a decoder-only language model (pre-norm, causal, grouped-query
+  attention with RoPE) and its cache;
 - ``exercises``: the checks of the notebooks' coding exercises (``d2lh.exercises.check_...``).
 """
 
@@ -25,13 +26,25 @@ from .attention import (
     DotProductAttention,
     KVCache,
     MultiHeadAttention,
+    causal_valid_lens,
     check_valid_lens,
     fused_attention,
+    kv_cache_bytes,
     masked_softmax,
+    online_softmax_attention,
+    online_softmax_update,
     sequence_mask,
     valid_lens_to_mask,
 )
-from .basics import Timer, check_int, choose_device, offset_seed, set_seed
+from .basics import (
+    TensorMemoryTracker,
+    Timer,
+    check_int,
+    check_tokens,
+    choose_device,
+    offset_seed,
+    set_seed,
+)
 from .bleu import BleuComparison, corpus_bleu, paired_bleu_test, sentence_bleu
 from .data import (
     FRA_ENG_SHA1,
@@ -48,41 +61,34 @@ from .data import (
     tokenize,
     truncate_pad,
 )
-from .decoder_only import (
-    DecoderOnlyBlock,
-    DecoderOnlyLM,
-    GroupedQueryAttention,
-    LMState,
-    RotaryEmbedding,
-    TensorMemoryTracker,
-    apply_rotary,
-    generate,
-    kv_cache_bytes,
-    next_token_probs,
-    online_softmax_attention,
-    online_softmax_update,
-    rotary_frequencies,
-)
+from .decoder_only import DecoderOnlyBlock, DecoderOnlyLM, LMState
 from .decoding import (
     Beams,
     BeamSearchResult,
+    NextLogits,
     advance_beams,
     beam_search,
+    generate,
     greedy_decode,
     held_out_bleu,
+    next_token_probs,
+    scale_by_temperature,
     sequence_log_prob,
+    top_k_filter,
+    top_p_filter,
     translate,
 )
 from .plotting import (
     LivePlot,
     live_loss_plot,
     plot,
+    plot_runs,
     set_figsize,
     show_heatmaps,
     use_png_display,
     use_svg_display,
 )
-from .positional import PositionalEncoding
+from .positional import PositionalEncoding, RotaryEmbedding, apply_rotary, rotary_frequencies
 from .rnn import BahdanauDecoder, BahdanauDecoderState, BahdanauSeq2Seq, GRUEncoder
 from .training import TrainingReport, masked_cross_entropy, train_seq2seq, transformer_lr
 from .transformer import (
@@ -94,8 +100,6 @@ from .transformer import (
     Transformer,
     TransformerDecoder,
     TransformerEncoder,
-    causal_valid_lens,
-    copy_to_torch_layer,
 )
 
 __version__ = "0.1.0"

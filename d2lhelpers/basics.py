@@ -1,15 +1,20 @@
-"""Seeds, devices and a timer: the small things every notebook needs first."""
+"""Seeds, devices, input checks and the measuring tools (a timer, a tensor-memory tracker): the
+small things every notebook needs first."""
 
 from __future__ import annotations
 
 import os
 import random
 import time
+import weakref
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
-__all__ = ["set_seed", "offset_seed", "choose_device", "Timer", "check_int"]
+__all__ = ["set_seed", "offset_seed", "choose_device", "Timer", "TensorMemoryTracker", "check_int",
+           "check_tokens"]
 
 
 def check_int(value, name: str, minimum: int = 1) -> int:
@@ -19,6 +24,19 @@ def check_int(value, name: str, minimum: int = 1) -> int:
         kind = {0: "a non-negative int", 1: "a positive int"}.get(minimum, f"an int >= {minimum}")
         raise ValueError(f"{name} must be {kind}, got {value!r}")
     return value
+
+
+def check_tokens(tokens, name: str = "tokens") -> torch.Tensor:
+    """Return ``tokens`` if it is a tensor of integer token indices of shape (B, T); otherwise
+    raise a ``ValueError`` naming the argument and the shape or dtype seen."""
+    if not isinstance(tokens, torch.Tensor):
+        raise ValueError(f"{name} must be a tensor of token indices of shape (B, T), got "
+                         f"{type(tokens).__name__}")
+    if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer token indices, got dtype {tokens.dtype}")
+    if tokens.dim() != 2:
+        raise ValueError(f"{name} must have shape (B, T), got {tuple(tokens.shape)}")
+    return tokens
 
 
 SEED_OFFSET_VARIABLE = "D2LHELPERS_SEED_OFFSET"
@@ -87,3 +105,45 @@ class Timer:
 
     def cumsum(self) -> list[float]:
         return np.cumsum(self.times).tolist()
+
+
+class TensorMemoryTracker(TorchDispatchMode):
+    """Measure the memory of the tensors created inside a ``with`` block, and their peak.
+
+    >>> with TensorMemoryTracker() as tracker:
+    ...     scores = queries @ keys.transpose(-2, -1)
+    >>> tracker.peak_bytes   # the most bytes held at once by tensors created in the block
+
+    Every PyTorch operation run in the block is seen (a ``TorchDispatchMode``); each new storage it
+    returns counts from its creation until it is freed. Views share their base's storage and count
+    once; tensors that existed before the block do not count; buffers that a kernel allocates and
+    frees internally are not seen. The count depends on the algorithm, not on the machine or the
+    number of threads, and works on any device.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.current_bytes = self.peak_bytes = 0
+        self._live: dict[int, int] = {}  # data pointer -> bytes of a storage created in the block
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        for tensor in tree_flatten(result)[0]:
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            storage = tensor.untyped_storage()
+            pointer, size = storage.data_ptr(), storage.nbytes()
+            if size == 0 or pointer in self._live or any(
+                    isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() == pointer
+                    for a in tree_flatten((args, kwargs))[0]):
+                continue  # empty, already counted, or a view or in-place result of an input
+            self._live[pointer] = size
+            self.current_bytes += size
+            self.peak_bytes = max(self.peak_bytes, self.current_bytes)
+            weakref.finalize(storage, self._freed, pointer)
+        return result
+
+    def _freed(self, pointer: int) -> None:
+        size = self._live.pop(pointer, None)
+        if size is not None:
+            self.current_bytes -= size

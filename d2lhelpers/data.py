@@ -387,15 +387,15 @@ def split_held_out(pairs: Sequence[tuple[str, str]], num_held_out: int, seed: in
 class Batch(NamedTuple):
     """A batch of sentence pairs for teacher forcing; shapes (B, T), (B,), (B, T), (B, T), (B,).
 
-    src: source indices; src_valid_len: their non-pad counts; dec_input: the decoder's input,
-    ``<bos>`` then the target shifted right; tgt: the target indices to predict; tgt_valid_len:
+    src: source indices; src_valid_lens: their non-pad counts; dec_input: the decoder's input,
+    ``<bos>`` then the target shifted right; tgt: the target indices to predict; tgt_valid_lens:
     their non-pad counts."""
 
     src: torch.Tensor
-    src_valid_len: torch.Tensor
+    src_valid_lens: torch.Tensor
     dec_input: torch.Tensor
     tgt: torch.Tensor
-    tgt_valid_len: torch.Tensor
+    tgt_valid_lens: torch.Tensor
 
     def to(self, device) -> Batch:
         """The same batch on ``device``."""
@@ -431,8 +431,8 @@ class TranslationData:
     sentence is tensorised once, here:
 
     - ``src``: (N, T) source indices, ``<eos>`` appended, then truncated or padded to T = num_steps;
-    - ``src_valid_len``: (N,) number of non-pad tokens of each row of ``src`` (``<eos>`` included);
-    - ``tgt``: (N, T) target indices, built the same way; ``tgt_valid_len``: (N,);
+    - ``src_valid_lens``: (N,) number of non-pad tokens of each row of ``src`` (``<eos>`` included);
+    - ``tgt``: (N, T) target indices, built the same way; ``tgt_valid_lens``: (N,);
     - ``dec_input``: (N, T) the decoder's input for teacher forcing: ``<bos>`` then ``tgt[:, :-1]``.
 
     A sentence longer than T - 1 tokens loses its ``<eos>`` (and tokens past T).
@@ -454,8 +454,8 @@ class TranslationData:
         reserved = [PAD, BOS, EOS]
         self.src_vocab = Vocab(src_sentences, min_freq=min_freq, reserved_tokens=reserved)
         self.tgt_vocab = Vocab(tgt_sentences, min_freq=min_freq, reserved_tokens=reserved)
-        self.src, self.src_valid_len = self._tensorise(src_sentences, self.src_vocab)
-        self.tgt, self.tgt_valid_len = self._tensorise(tgt_sentences, self.tgt_vocab)
+        self.src, self.src_valid_lens = self._tensorise(src_sentences, self.src_vocab)
+        self.tgt, self.tgt_valid_lens = self._tensorise(tgt_sentences, self.tgt_vocab)
         bos = torch.full((len(self.tgt), 1), self.tgt_vocab.bos, dtype=torch.long)
         self.dec_input = torch.cat([bos, self.tgt[:, :-1]], dim=1)  # shift right by one step
 
@@ -481,14 +481,14 @@ class TranslationData:
         seed offset of a robustness run, see :func:`~d2lhelpers.basics.offset_seed`): the sequence
         of epochs is the same on every run.
         """
-        return BatchLoader([self.src, self.src_valid_len, self.dec_input, self.tgt, self.tgt_valid_len],
+        return BatchLoader([self.src, self.src_valid_lens, self.dec_input, self.tgt, self.tgt_valid_lens],
                            batch_size or self.batch_size, shuffle, offset_seed(self.seed))
 
     def encode_source(self, sentences):
         """Source tensor and valid lengths for one sentence (a str) or a list of sentences.
 
         Each sentence is normalised, tokenised, given its ``<eos>`` and truncated/padded to T.
-        Returns ``(src, src_valid_len)`` of shapes (N, T) and (N,), N = 1 for a single sentence.
+        Returns ``(src, src_valid_lens)`` of shapes (N, T) and (N,), N = 1 for a single sentence.
         """
         if isinstance(sentences, str):
             sentences = [sentences]

@@ -1,27 +1,42 @@
-"""Decoding a trained encoder-decoder: greedy decoding and beam search (with the key-value cache),
-scoring given outputs, translating sentences, and BLEU on the held-out sentences.
+"""Decoding: the loops that turn a trained model's next-token scores into sequences.
 
-The functions work with any model that offers, as :class:`~d2lhelpers.transformer.Transformer` does:
-``model.encoder(src, src_valid_len)`` -> encoder outputs; ``model.decoder(tokens, enc_outputs,
-src_valid_len)`` -> logits (B, T, V) for a whole prefix (teacher forcing);
-``model.decoder.init_state(enc_outputs, src_valid_len)`` -> a decoding state with
-``state.reorder(rows)``; and ``model.decoder.step(tokens, state)`` -> the logits of the new
-positions, the state remembering what it has seen.
+- For an encoder-decoder (translation): greedy decoding and beam search (with the key-value
+  cache), scoring given outputs by teacher forcing, translating sentences, BLEU on the held-out
+  sentences. They work with any model that offers, as
+  :class:`~d2lhelpers.transformer.Transformer` and :class:`~d2lhelpers.rnn.BahdanauSeq2Seq` do:
+  ``model(src, src_valid_lens, dec_input)`` -> logits (B, T, V) (teacher forcing);
+  ``model.encoder(src, src_valid_lens)`` -> encoder outputs (the encoder checks the lengths);
+  ``model.decoder.init_state(enc_outputs, src_valid_lens)`` -> a decoding state with
+  ``state.reorder(rows)``; and ``model.decoder.step(tokens, state)`` -> the logits of the new
+  positions, the state remembering what it has seen.
+- For a decoder-only language model (:class:`~d2lhelpers.decoder_only.DecoderOnlyLM`, with
+  ``init_state()`` and ``step(tokens, state)``): sampling, whose filters (temperature, top-k,
+  top-p) map logits to logits and are applied in turn before one softmax
+  (:func:`next_token_probs`), and :func:`generate`.
 
-Shapes: B batch, T time steps, V target vocabulary size, k beam size. Taught in notebooks
-06_transformer (greedy decoding, the cache) and 07_transformer_in_practice (beam search).
+Every loop asks one object for the next token's logits, :class:`NextLogits`, which feeds the model
+only the new tokens when it keeps a key-value cache, and the whole prefix again when it does not:
+the loops never branch on the cache.
+
+Shapes: B batch, T time steps, V vocabulary size, k beam size. Taught in notebooks
+06_transformer (the cache), 07_translation (greedy decoding), 09_transformer_in_practice (beam
+search) and 10_beyond_2017 (sampling).
 """
 
 from __future__ import annotations
 
+import copy
+import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 
 from .attention import sequence_mask
-from .basics import check_int
+from .basics import check_int, check_tokens
 
 __all__ = [
+    "NextLogits",
     "greedy_decode",
     "BeamSearchResult",
     "Beams",
@@ -30,32 +45,70 @@ __all__ = [
     "sequence_log_prob",
     "translate",
     "held_out_bleu",
+    "scale_by_temperature",
+    "top_k_filter",
+    "top_p_filter",
+    "next_token_probs",
+    "generate",
 ]
 
 
+class NextLogits:
+    """The logits of the next token after each row's tokens so far: the one step every decoding
+    loop takes, with or without a key-value cache.
+
+    ``step(new_tokens (B, T_new), state)`` -> logits (B, T_new, V) advances ``state``, the state
+    before any token (e.g. ``model.decoder.step`` and ``model.decoder.init_state(...)``, or a
+    language model's ``step`` and ``init_state()``). Calling ``next_logits(tokens)`` with the
+    tokens so far (B, T) returns (B, V). With ``use_cache`` only the tokens not fed before are fed,
+    the state keeping the keys and values of the others; without, all T tokens are fed again, to a
+    copy of the initial state. The two give the same logits (up to rounding).
+    :meth:`reorder` keeps rows of the batch (beam search).
+    """
+
+    def __init__(self, step: Callable, state, use_cache: bool = True) -> None:
+        self.step, self.state, self.use_cache = step, state, use_cache
+        self.num_fed = 0  # tokens of each row the cached state has seen
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        if not self.use_cache:  # the whole prefix again, from the initial state
+            return self.step(tokens, copy.deepcopy(self.state))[:, -1]
+        new, self.num_fed = tokens[:, self.num_fed:], tokens.shape[1]
+        return self.step(new, self.state)[:, -1]
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Keep the rows ``rows`` (B_new,) of the batch, in that order (see the states' reorder)."""
+        self.state.reorder(rows)
+
+
+def _encoder_decoder_logits(model, src, src_valid_lens, use_cache: bool) -> NextLogits:
+    """Encode ``src`` once (the encoder checks ``src`` and ``src_valid_lens``) and return the
+    next-token logits of the decoder, starting from its initial state."""
+    enc_outputs = model.encoder(src, src_valid_lens)
+    src_valid_lens = torch.as_tensor(src_valid_lens, device=src.device)
+    return NextLogits(model.decoder.step, model.decoder.init_state(enc_outputs, src_valid_lens),
+                      use_cache)
+
+
 @torch.no_grad()
-def greedy_decode(model, src, src_valid_len, bos: int, eos: int, max_len: int, use_cache: bool = True):
+def greedy_decode(model, src, src_valid_lens, bos: int, eos: int, max_len: int,
+                  use_cache: bool = True):
     """Translate a batch greedily: at each step feed back the most likely token.
 
-    src: (B, T_src), src_valid_len: (B,). Returns (B, T_out) predicted indices (``<bos>`` not
+    src: (B, T_src), src_valid_lens: (B,). Returns (B, T_out) predicted indices (``<bos>`` not
     included; after a sequence's ``<eos>`` its row continues with ``eos``), T_out <= max_len.
     With ``use_cache`` each step feeds only the newest token and every decoder block reuses the keys
     and values cached at earlier steps; without it, each step runs the decoder on the whole prefix.
     The two give the same tokens.
     """
-    src_valid_len = _check_decoding_inputs(src, src_valid_len, max_len)
+    check_int(max_len, "max_len")
     model.eval()
-    enc_outputs = model.encoder(src, src_valid_len)
+    next_logits = _encoder_decoder_logits(model, src, src_valid_lens, use_cache)
     B = src.shape[0]
-    state = model.decoder.init_state(enc_outputs, src_valid_len) if use_cache else None
     tokens = torch.full((B, 1), bos, dtype=torch.long, device=src.device)  # starts with <bos>
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)
     for _ in range(max_len):
-        if use_cache:  # only the newest token; the state holds the rest
-            logits = model.decoder.step(tokens[:, -1:], state)
-        else:  # the whole prefix again
-            logits = model.decoder(tokens, enc_outputs, src_valid_len)
-        next_token = logits[:, -1].argmax(dim=-1)  # (B,)
+        next_token = next_logits(tokens).argmax(dim=-1)  # (B,)
         next_token = next_token.masked_fill(finished, eos)  # finished rows keep emitting <eos>
         tokens = torch.cat([tokens, next_token[:, None]], dim=1)
         finished |= next_token == eos
@@ -80,15 +133,10 @@ class BeamSearchResult(NamedTuple):
     lengths: torch.Tensor
 
 
-def _check_decoding_inputs(src, src_valid_len, max_len=None) -> torch.Tensor:
-    """Check src (B, T_src) and src_valid_len (B,); return the lengths as a tensor on src's device."""
-    src_valid_len = torch.as_tensor(src_valid_len, device=src.device)
-    if src.dim() != 2 or src_valid_len.shape != (src.shape[0],):
-        raise ValueError(f"src must have shape (B, T_src) and src_valid_len (B,), got src "
-                         f"{tuple(src.shape)} and src_valid_len {tuple(src_valid_len.shape)}")
-    if max_len is not None:
-        check_int(max_len, "max_len")
-    return src_valid_len
+def _length_normalised(log_probs: torch.Tensor, lengths: torch.Tensor,
+                       length_penalty: float) -> torch.Tensor:
+    """The score beam search ranks by: log P / length^alpha, alpha = ``length_penalty``."""
+    return log_probs / lengths.to(log_probs.dtype) ** length_penalty
 
 
 class Beams(NamedTuple):
@@ -117,7 +165,7 @@ def advance_beams(beams: Beams, step_log_probs: torch.Tensor, eos: int,
     step_log_probs = torch.where(beams.finished[..., None], carry_over, step_log_probs)
     candidates = beams.log_probs[..., None] + step_log_probs  # (B, k, V) total log-probabilities
     lengths = torch.where(beams.finished, beams.lengths, beams.lengths + 1)  # (B, k) candidates'
-    scores = candidates / lengths[..., None].float() ** length_penalty
+    scores = _length_normalised(candidates, lengths[..., None], length_penalty)
     # each sentence's k best of its k*V candidates: candidate c is beam c // V with token c % V
     best = scores.reshape(B, k * V).topk(k, dim=-1).indices  # (B, k)
     parents, tokens = best // V, best % V
@@ -127,11 +175,11 @@ def advance_beams(beams: Beams, step_log_probs: torch.Tensor, eos: int,
 
 
 @torch.no_grad()
-def beam_search(model, src, src_valid_len, bos: int, eos: int, max_len: int, beam_size: int = 4,
+def beam_search(model, src, src_valid_lens, bos: int, eos: int, max_len: int, beam_size: int = 4,
                 length_penalty: float = 0.6, use_cache: bool = True) -> BeamSearchResult:
     """Translate a batch with beam search: keep the ``beam_size`` best hypotheses at every step.
 
-    src: (B, T_src), src_valid_len: (B,). Every sentence gets k = ``beam_size`` beams, decoded
+    src: (B, T_src), src_valid_lens: (B,). Every sentence gets k = ``beam_size`` beams, decoded
     together as a batch of B*k rows. At each step every unfinished beam is extended by every token
     of the vocabulary (k*V candidates per sentence); a finished beam (it has produced ``<eos>``)
     stays a candidate as it is. The k candidates with the best length-normalised score
@@ -146,68 +194,57 @@ def beam_search(model, src, src_valid_len, bos: int, eos: int, max_len: int, bea
     the newest tokens only and its key-value caches are reordered with the surviving beams;
     without, each step recomputes the whole prefix. Returns a :class:`BeamSearchResult`.
     """
-    src_valid_len = _check_decoding_inputs(src, src_valid_len, max_len)
+    check_int(max_len, "max_len")
     check_int(beam_size, "beam_size")
-    if not 0 <= length_penalty < float("inf"):
+    if not 0 <= length_penalty < math.inf:
         raise ValueError(f"length_penalty must be a finite number >= 0, got {length_penalty!r}")
     model.eval()
     B, k, device = src.shape[0], beam_size, src.device
-    enc_outputs = model.encoder(src, src_valid_len)
+    next_logits = _encoder_decoder_logits(model, src, src_valid_lens, use_cache)
     # rows b*k .. b*k + k - 1 are the beams of sentence b: (B, ...) -> (B*k, ...)
-    beam_rows = torch.arange(B, device=device).repeat_interleave(k)  # (B*k,): each beam's sentence
-    if use_cache:
-        state = model.decoder.init_state(enc_outputs, src_valid_len)
-        state.reorder(beam_rows)  # each sentence's state, once per beam
-    else:
-        enc_outputs, enc_valid_lens = enc_outputs[beam_rows], src_valid_len[beam_rows]
+    next_logits.reorder(torch.arange(B, device=device).repeat_interleave(k))
     tokens = torch.full((B * k, 1), bos, dtype=torch.long, device=device)  # (B*k, 1): <bos>
     # The k beams start identical; only beam 0 is live at first, so that they do not stay copies.
-    log_probs = torch.full((B, k), float("-inf"), device=device)
+    log_probs = torch.full((B, k), -math.inf, device=device)
     log_probs[:, 0] = 0.0
     zeros = torch.zeros(B, k, dtype=torch.long, device=device)
     beams = Beams(log_probs, zeros, zeros.bool())
     sentence_rows = torch.arange(B, device=device)[:, None] * k  # (B, 1): each sentence's beam 0
     for _ in range(max_len):
-        if use_cache:
-            logits = model.decoder.step(tokens[:, -1:], state)
-        else:
-            logits = model.decoder(tokens, enc_outputs, enc_valid_lens)
-        step_log_probs = torch.log_softmax(logits[:, -1].float(), dim=-1)  # (B*k, V)
+        step_log_probs = torch.log_softmax(next_logits(tokens).float(), dim=-1)  # (B*k, V)
         beams, parents, token = advance_beams(beams, step_log_probs.unflatten(0, (B, k)), eos,
                                               length_penalty)
         rows = (sentence_rows + parents).reshape(-1)  # (B*k,) the parents' rows in the batch
         tokens = torch.cat([tokens[rows], token.reshape(-1, 1)], dim=1)  # (B*k, step + 1)
-        if use_cache:
-            state.reorder(rows)  # each surviving beam continues from its parent's caches
+        next_logits.reorder(rows)  # each surviving beam continues from its parent's state
         if beams.finished.all():
             break
-    log_probs, lengths = beams.log_probs, beams.lengths
-    scores = log_probs / lengths.float() ** length_penalty  # (B, k)
+    scores = _length_normalised(beams.log_probs, beams.lengths, length_penalty)  # (B, k)
     choice = scores.argmax(dim=1)  # (B,) each sentence's best beam
     best_rows = sentence_rows.squeeze(1) + choice
     pick = choice[:, None]  # (B, 1) to gather one beam per sentence
     return BeamSearchResult(tokens[best_rows, 1:], scores.gather(1, pick).squeeze(1),
-                            log_probs.gather(1, pick).squeeze(1),
-                            lengths.gather(1, pick).squeeze(1))
+                            beams.log_probs.gather(1, pick).squeeze(1),
+                            beams.lengths.gather(1, pick).squeeze(1))
 
 
 @torch.no_grad()
-def sequence_log_prob(model, src, src_valid_len, tokens, bos: int, eos: int):
+def sequence_log_prob(model, src, src_valid_lens, tokens, bos: int, eos: int):
     """Score given outputs with teacher forcing: log P(y | x) and length of each row of ``tokens``.
 
-    src: (B, T_src), src_valid_len: (B,), tokens: (B, T_out) as :func:`greedy_decode` and
+    src: (B, T_src), src_valid_lens: (B,), tokens: (B, T_out) as :func:`greedy_decode` and
     :func:`beam_search` return them (no ``<bos>``). A row counts up to its first ``<eos>``,
     included (all T_out tokens if it has none). Returns ``(log_probs, lengths)``, both (B,).
     """
-    src_valid_len = _check_decoding_inputs(src, src_valid_len)
-    if tokens.dim() != 2 or tokens.shape[0] != src.shape[0]:
-        raise ValueError(f"tokens must have shape (B, T_out) with B={src.shape[0]}, got "
-                         f"{tuple(tokens.shape)}")
+    check_tokens(tokens, "tokens")
+    if tokens.shape[0] != check_tokens(src, "src").shape[0]:
+        raise ValueError(f"tokens must have shape (B, T_out) with B={src.shape[0]} (the rows of "
+                         f"src), got {tuple(tokens.shape)}")
     model.eval()
     B, T = tokens.shape
     bos_column = torch.full((B, 1), bos, dtype=torch.long, device=tokens.device)
     dec_input = torch.cat([bos_column, tokens[:, :-1]], dim=1)  # shift right: <bos> first
-    log_p = torch.log_softmax(model(src, src_valid_len, dec_input).float(), dim=-1)  # (B, T, V)
+    log_p = torch.log_softmax(model(src, src_valid_lens, dec_input).float(), dim=-1)  # (B, T, V)
     token_log_p = log_p.gather(2, tokens[..., None]).squeeze(2)  # (B, T) of the given tokens
     is_eos = tokens == eos
     # position of the first <eos> + 1, or T when a row never ends
@@ -232,13 +269,13 @@ def translate(model, data, sentences, max_len: int | None = None, batch_size: in
     bos, eos = data.tgt_vocab.bos, data.tgt_vocab.eos
     out = []
     for start in range(0, len(sentences), batch_size):
-        src, src_valid_len = data.encode_source(sentences[start:start + batch_size])
-        src, src_valid_len = src.to(device), src_valid_len.to(device)
+        src, src_valid_lens = data.encode_source(sentences[start:start + batch_size])
+        src, src_valid_lens = src.to(device), src_valid_lens.to(device)
         steps = max_len or data.num_steps
         if beam_size == 1:
-            predicted = greedy_decode(model, src, src_valid_len, bos, eos, steps, use_cache)
+            predicted = greedy_decode(model, src, src_valid_lens, bos, eos, steps, use_cache)
         else:
-            predicted = beam_search(model, src, src_valid_len, bos, eos, steps, beam_size,
+            predicted = beam_search(model, src, src_valid_lens, bos, eos, steps, beam_size,
                                     length_penalty, use_cache).tokens
         out.extend(data.decode_target(row.tolist()) for row in predicted)
     return out[0] if single else out
@@ -255,3 +292,102 @@ def held_out_bleu(model, data, **translate_kwargs) -> float:
         raise ValueError("data.held_out is empty: there are no held-out sentences to score")
     hypotheses = translate(model, data, sources, **translate_kwargs)
     return corpus_bleu(hypotheses, [data.held_out[s] for s in sources])
+
+
+# --------------------------------------------------------------------------------------------------
+# Sampling from a language model
+# --------------------------------------------------------------------------------------------------
+
+
+def _check_logits(logits) -> None:
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or not logits.is_floating_point():
+        seen = (f"dtype {logits.dtype}, shape {tuple(logits.shape)}"
+                if isinstance(logits, torch.Tensor) else type(logits).__name__)
+        raise ValueError(f"logits must be a floating-point tensor of shape (B, V), got {seen}")
+
+
+def scale_by_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """logits (B, V) / temperature: below 1 sharpens the distribution, above 1 flattens it.
+    ``temperature=0`` is greedy: the highest logit (the first one if several tie) is kept as it is,
+    every other set to -inf."""
+    if (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+            or not 0 <= temperature < math.inf):
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    if temperature == 0:
+        best = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+        return torch.full_like(logits, -math.inf).scatter(-1, best, logits.gather(-1, best))
+    return logits / temperature
+
+
+def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Keep the ``k`` highest logits of each row (ties at the k-th value all kept); set the others
+    to -inf."""
+    check_int(k, "top_k")
+    if k >= logits.shape[-1]:
+        return logits
+    kth = logits.topk(k, dim=-1).values[:, -1:]  # (B, 1): the k-th highest logit
+    return logits.masked_fill(logits < kth, -math.inf)
+
+
+def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Keep the nucleus of each row (Holtzman et al. 2020): the fewest most probable tokens whose
+    probabilities sum to at least ``p``; set the others' logits to -inf."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
+        raise ValueError(f"top_p must be a number in (0, 1], got {p!r}")
+    sorted_probs, order = torch.softmax(logits, dim=-1).sort(dim=-1, descending=True)
+    before = sorted_probs.cumsum(dim=-1) - sorted_probs  # probability of the tokens ahead
+    keep_sorted = before < p  # the token that crosses p is the last one kept
+    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    return logits.masked_fill(~keep, -math.inf)
+
+
+def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                     top_p: float | None = None) -> torch.Tensor:
+    """The distribution sampling draws the next token from: logits (B, V) -> probabilities (B, V).
+
+    The filters in turn, :func:`scale_by_temperature`, then :func:`top_k_filter` if ``top_k`` is
+    given, then :func:`top_p_filter` if ``top_p`` is given, each mapping logits to logits; then
+    one softmax. Excluded tokens get probability 0, the kept ones share 1.
+    """
+    _check_logits(logits)
+    logits = scale_by_temperature(logits, temperature)
+    if top_k is not None:
+        logits = top_k_filter(logits, top_k)
+    if top_p is not None:
+        logits = top_p_filter(logits, top_p)
+    return torch.softmax(logits, dim=-1)
+
+
+@torch.no_grad()
+def generate(model, prompt: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+             top_k: int | None = None, top_p: float | None = None, eos: int | None = None,
+             use_cache: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Continue each prompt (B, T_prompt) by up to ``max_new_tokens`` tokens; return them (B, T_new).
+
+    Each next token is drawn from :func:`next_token_probs` (``temperature=0``: greedy; ``top_k``,
+    ``top_p``), with ``generator`` (on the prompt's device) for reproducible draws. After a row's
+    ``eos`` (if given) it keeps emitting ``eos``; generation stops once every row has. With
+    ``use_cache`` the prompt is fed once and then only the newest token, the model's state keeping
+    the keys and values of earlier positions; without it, the whole sequence is fed again at every
+    step (:class:`NextLogits`). The two give the same tokens (up to the rounding of the logits).
+    """
+    check_int(max_new_tokens, "max_new_tokens")
+    check_tokens(prompt, "prompt")
+    if prompt.shape[1] == 0:
+        raise ValueError(f"prompt must hold at least one token per row, got shape "
+                         f"{tuple(prompt.shape)}")
+    next_token_probs(torch.zeros(1, 2), temperature, top_k, top_p)  # checks the settings once
+    model.eval()
+    next_logits = NextLogits(model.step, model.init_state(), use_cache)
+    sequence = prompt
+    finished = torch.zeros(prompt.shape[0], dtype=torch.bool, device=prompt.device)
+    for _ in range(max_new_tokens):
+        probs = next_token_probs(next_logits(sequence), temperature, top_k, top_p)  # (B, V)
+        token = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (B,)
+        if eos is not None:
+            token = token.masked_fill(finished, eos)
+            finished |= token == eos
+        sequence = torch.cat([sequence, token[:, None]], dim=1)
+        if eos is not None and finished.all():
+            break
+    return sequence[:, prompt.shape[1]:]

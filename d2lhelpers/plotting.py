@@ -1,6 +1,6 @@
-"""Plotting: curves, attention heatmaps and a live training plot.
+"""Plotting: curves, attention heatmaps, runs compared over seeds and a live training plot.
 
-The only module of the package that imports matplotlib. Functions return the figure or axes they drew
+The only module of the package that imports matplotlib (and seaborn, for the intervals over runs). Functions return the figure or axes they drew
 on, and change global settings only when asked to (``use_svg_display``, ``use_png_display``,
 ``set_figsize``).
 """
@@ -14,8 +14,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-__all__ = ["use_svg_display", "use_png_display", "set_figsize", "plot", "show_heatmaps", "LivePlot",
-           "live_loss_plot"]
+__all__ = ["use_svg_display", "use_png_display", "set_figsize", "plot", "show_heatmaps", "plot_runs",
+           "LivePlot", "live_loss_plot"]
 
 
 def _set_inline_formats(*formats: str, **kwargs) -> None:
@@ -99,7 +99,7 @@ def plot(X, Y=None, xlabel=None, ylabel=None, legend=None, xlim=None, ylim=None,
 
 
 def show_heatmaps(matrices, xlabel, ylabel, titles=None, figsize=(2.5, 2.5), cmap="Reds",
-                  xticklabels=None, yticklabels=None, center=None):
+                  xticklabels=None, yticklabels=None, center=None, vmin=None, vmax=None):
     """Draw a grid of heatmaps that share one colour bar, and return the figure.
 
     matrices: (rows, cols, T_q, T_k), e.g. the attention weights of ``rows`` layers x ``cols`` heads;
@@ -111,6 +111,9 @@ def show_heatmaps(matrices, xlabel, ylabel, titles=None, figsize=(2.5, 2.5), cma
     scale is centred on, e.g. 0 with a diverging ``cmap`` such as ``"RdBu_r"``: the scale then runs
     symmetrically from ``center - m`` to ``center + m``, m the largest distance from ``center``, so
     that equal distances above and below get equally strong colours.
+    ``vmin``, ``vmax``: a fixed colour scale (e.g. 0 and 1 for attention weights), so that grids
+    drawn side by side compare and near-uniform weights do not look structured; by default the
+    scale runs from the smallest to the largest value shown.
     """
     matrices = _as_numpy(matrices)
     if matrices.ndim != 4:
@@ -126,7 +129,8 @@ def show_heatmaps(matrices, xlabel, ylabel, titles=None, figsize=(2.5, 2.5), cma
         raise ValueError(f"yticklabels must label the {num_queries} queries, got {len(yticklabels)}")
     fig, axes = plt.subplots(rows, cols, figsize=(figsize[0] * cols, figsize[1] * rows),
                              sharex=True, sharey=True, squeeze=False)
-    vmin, vmax = float(matrices.min()), float(matrices.max())
+    vmin = float(matrices.min()) if vmin is None else vmin
+    vmax = float(matrices.max()) if vmax is None else vmax
     if center is not None:
         spread = max(abs(vmax - center), abs(center - vmin))
         vmin, vmax = center - spread, center + spread
@@ -149,6 +153,33 @@ def show_heatmaps(matrices, xlabel, ylabel, titles=None, figsize=(2.5, 2.5), cma
                 ax.set_yticks(range(num_queries), yticklabels)
     fig.colorbar(image, ax=axes, shrink=0.6)
     return fig
+
+
+def plot_runs(runs, ylabel, xlabel=None, figsize=(3.5, 2.5), axes=None, seed=0):
+    """Compare methods over several runs (seeds, draws): every run as a grey dot, and each method's
+    mean with its 95% bootstrap confidence interval (seaborn's ``pointplot``, resampling with
+    ``seed`` so that the figure repeats). Returns the axes.
+
+    runs: {method name: [one value per run]}, e.g. ``{"sinusoidal": [...], "learned": [...]}``.
+    """
+    import seaborn as sns
+
+    if not runs or any(len(values) == 0 for values in runs.values()):
+        raise ValueError(f"runs must map each method to at least one value, got {runs!r}")
+    names = [name for name, values in runs.items() for _ in values]
+    values = [float(v) for vs in runs.values() for v in _as_numpy(vs).ravel()]
+    if len(values) != len(names):
+        raise ValueError("runs must map each method to a flat sequence of numbers")
+    if axes is None:
+        _, axes = plt.subplots(figsize=figsize)
+    sns.stripplot(x=names, y=values, ax=axes, color="0.6", size=4, jitter=0.15, zorder=1)
+    sns.pointplot(x=names, y=values, ax=axes, errorbar=("ci", 95), seed=seed, color="C0",
+                  linestyle="none", capsize=0.2, markers="D")
+    axes.set_ylabel(ylabel)
+    if xlabel:
+        axes.set_xlabel(xlabel)
+    axes.grid(True, axis="y")
+    return axes
 
 
 def _in_notebook() -> bool:

@@ -1,4 +1,5 @@
-"""Positional encoding: the fixed sinusoidal table of "Attention Is All You Need".
+"""Positions: the fixed sinusoidal table of "Attention Is All You Need", added to the inputs,
+and rotary position embeddings (RoPE), which rotate queries and keys instead.
 
 Shape legend used in every docstring of the package:
 B batch, T sequence length (T_q queries, T_k keys), d_model model width.
@@ -9,7 +10,11 @@ gets a fixed vector p_i added to its token's representation:
     p_{i, 2j}   = sin(i / 10000^(2j / d_model))
     p_{i, 2j+1} = cos(i / 10000^(2j / d_model))
 
-Taught in notebook 05_self_attention_positional_encoding.
+RoPE (Su et al. 2021) rotates each pair of features (x_2j, x_2j+1) of a query or key at
+position m by the angle m * omega_j, with the frequencies omega_j of the table above (the 2x2
+rotations of notebook 05), so that the score q_m . k_n depends on the offset n - m only.
+
+Taught in notebooks 05_self_attention_positional_encoding and 10_beyond_2017 (RoPE).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from torch import nn
 
 from .basics import check_int
 
-__all__ = ["PositionalEncoding"]
+__all__ = ["PositionalEncoding", "rotary_frequencies", "apply_rotary", "RotaryEmbedding"]
 
 
 def _sinusoid_table(max_len: int, d_model: int) -> torch.Tensor:
@@ -74,3 +79,77 @@ class PositionalEncoding(nn.Module):
             )
         # (1, T, d_model) broadcast over the batch; cast so that e.g. float16 inputs stay float16
         return self.dropout(X + self.P[:, offset : offset + T].to(X.dtype))
+
+
+def rotary_frequencies(d_k: int, base: float = 10000.0, dtype=torch.float32,
+                       device=None) -> torch.Tensor:
+    """The d_k / 2 angular frequencies omega_j = base^(-2j / d_k), j = 0 .. d_k/2 - 1: shape (d_k/2,).
+
+    Those of the sinusoidal encoding for a width of d_k: pair j of features turns by the angle
+    m * omega_j at position m.
+    """
+    check_int(d_k, "d_k")
+    if d_k % 2:
+        raise ValueError(f"d_k must be even (features are rotated in pairs), got d_k={d_k}")
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
+        raise ValueError(f"base must be a number > 1, got {base!r}")
+    two_j = torch.arange(0, d_k, 2, dtype=torch.float64, device=device)
+    return (base ** (-two_j / d_k)).to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, positions, base: float = 10000.0) -> torch.Tensor:
+    """Rotate each pair of features (x_2j, x_2j+1) of ``x`` by the angle m * omega_j, m the position.
+
+    x: (..., T, d_k), floating point, d_k even; positions: (T,) the position of each of the T rows
+    (whole numbers, e.g. ``offset + torch.arange(T)``, or any others, such as the odd positions of
+    a cache). Returns a tensor of x's shape and dtype:
+
+        y_2j   = x_2j cos(m omega_j) - x_2j+1 sin(m omega_j)
+        y_2j+1 = x_2j sin(m omega_j) + x_2j+1 cos(m omega_j)
+
+    i.e. the complex number x_2j + i x_2j+1 multiplied by e^(i m omega_j). Then
+    apply_rotary(q, [m]) . apply_rotary(k, [n]) depends on q, k and n - m only.
+    Angles are computed in float64 for float64 inputs, in float32 otherwise.
+    """
+    if not isinstance(x, torch.Tensor) or x.dim() < 2 or x.shape[-1] % 2:
+        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"x must have shape (..., T, d_k) with d_k even, got {shape}")
+    if not x.is_floating_point():  # cos and sin cast to integers would be silently wrong
+        raise ValueError(f"x must be floating point, got dtype {x.dtype}")
+    positions = torch.as_tensor(positions, device=x.device)
+    if positions.shape != (x.shape[-2],):
+        raise ValueError(f"positions must have shape (T,)=({x.shape[-2]},) for x of shape "
+                         f"{tuple(x.shape)}, got {tuple(positions.shape)}")
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    omega = rotary_frequencies(x.shape[-1], base, dtype, x.device)  # (d_k/2,)
+    angles = positions.to(dtype)[:, None] * omega  # (T, 1) * (d_k/2,) -> (T, d_k/2)
+    cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
+    pairs = x.unflatten(-1, (-1, 2))  # (..., T, d_k) -> (..., T, d_k/2, 2): the feature pairs
+    even, odd = pairs[..., 0], pairs[..., 1]  # (..., T, d_k/2) each
+    rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
+    return rotated.flatten(-2)  # (..., T, d_k/2, 2) -> (..., T, d_k)
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE for heads of width ``d_k``: ``rope(x, offset)`` rotates x (..., T, d_k) as positions
+    offset .. offset + T - 1 (a decoder fed its t-th token alone passes offset=t).
+
+    No parameters and no table: the angles are computed for the positions asked for, so there is
+    no longest length.
+    """
+
+    def __init__(self, d_k: int, base: float = 10000.0) -> None:
+        super().__init__()
+        rotary_frequencies(d_k, base)  # checks d_k and base
+        self.d_k, self.base = d_k, base
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        check_int(offset, "offset", minimum=0)
+        if not isinstance(x, torch.Tensor) or x.dim() < 2 or x.shape[-1] != self.d_k:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x must have shape (..., T, d_k={self.d_k}), got {shape}")
+        positions = torch.arange(offset, offset + x.shape[-2], device=x.device)
+        return apply_rotary(x, positions, self.base)
+
+    def extra_repr(self) -> str:
+        return f"d_k={self.d_k}, base={self.base:g}"

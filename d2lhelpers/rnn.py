@@ -15,9 +15,9 @@ every step, and the model that joins them.
   output at each source sentence's last valid token.
 
 The model serves the same training loop and decoders as the Transformer (see
-:mod:`~d2lhelpers.decoding`): ``model(src, src_valid_len, dec_input)`` -> logits;
-``model.encoder(src, src_valid_len)`` -> encoder outputs (a tensor); ``model.decoder(tokens,
-enc_outputs, src_valid_len)`` (teacher forcing); ``model.decoder.init_state(...)`` -> a
+:mod:`~d2lhelpers.decoding`): ``model(src, src_valid_lens, dec_input)`` -> logits;
+``model.encoder(src, src_valid_lens)`` -> encoder outputs (a tensor); ``model.decoder(tokens,
+enc_outputs, src_valid_lens)`` (teacher forcing); ``model.decoder.init_state(...)`` -> a
 :class:`BahdanauDecoderState` that reorders itself; ``model.decoder.step(tokens, state)``.
 
 Shapes: B batch, T_src source length, T_tgt target length, E embedding width, H hidden width
@@ -33,38 +33,19 @@ import torch
 from torch import nn
 
 from .attention import AdditiveAttention, check_valid_lens
+from .basics import check_tokens
 
 __all__ = ["GRUEncoder", "BahdanauDecoderState", "BahdanauDecoder", "BahdanauSeq2Seq"]
-
-
-def _check_tokens(name: str, tokens) -> None:
-    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.is_floating_point():
-        shape = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
-        raise ValueError(f"{name} must be integer token indices of shape (B, T), got {shape}")
-
-
-def _check_source_lengths(src_valid_len, batch_size: int, src_len: int, device) -> torch.Tensor:
-    """Source lengths as a (B,) tensor on ``device``, each in 1 .. T_src: checked once, where they
-    enter. A length of 0 would leave the decoder nothing to attend to and no last token."""
-    src_valid_len = torch.as_tensor(src_valid_len)
-    if (src_valid_len.shape != (batch_size,) or src_valid_len.is_floating_point()
-            or src_valid_len.dtype == torch.bool):
-        raise ValueError(f"src_valid_len must be whole numbers of shape (B,)=({batch_size},), "
-                         f"got {src_valid_len.dtype} of shape {tuple(src_valid_len.shape)}")
-    check_valid_lens(src_valid_len, batch_size, 1, src_len)  # each in 0 .. T_src
-    if batch_size and int(src_valid_len.min()) < 1:
-        raise ValueError(f"src_valid_len must be at least 1 (every source has a token), got "
-                         f"{src_valid_len.tolist()}")
-    return src_valid_len.to(device)
 
 
 class GRUEncoder(nn.Module):
     """Embedding, then a GRU of ``num_layers`` layers read left to right.
 
-    ``forward(tokens, valid_lens)``: tokens (B, T_src) indices -> outputs (B, T_src, H), the top
+    ``forward(tokens, src_valid_lens)``: tokens (B, T_src) indices -> outputs (B, T_src, H), the top
     layer's hidden state at every position. A GRU reads left to right, so the output at a valid
-    position never depends on the padding after it: ``valid_lens`` (B,) is not needed here (it is
-    accepted for the common encoder interface); the decoder checks it and masks the padding.
+    position never depends on the padding after it. The source lengths (B,) enter the model here
+    and are checked here, each in 1 .. T_src (every source has a token: the decoder starts from the
+    last one); the decoder trusts them and masks the padding.
     """
 
     def __init__(self, vocab_size: int, embed_size: int, num_hiddens: int, num_layers: int = 1,
@@ -75,8 +56,10 @@ class GRUEncoder(nn.Module):
         self.rnn = nn.GRU(embed_size, num_hiddens, num_layers, batch_first=True,
                           dropout=dropout if num_layers > 1 else 0.0)
 
-    def forward(self, tokens, valid_lens=None):
-        _check_tokens("tokens", tokens)
+    def forward(self, tokens, src_valid_lens=None):
+        B, T_src = check_tokens(tokens, "src").shape
+        check_valid_lens(src_valid_lens, B, None, T_src, name="src_valid_lens", keys_name="T_src",
+                         minimum=1)
         X = self.dropout(self.embedding(tokens))  # (B, T_src, E)
         outputs, _ = self.rnn(X)  # (B, T_src, H); the final state is read from outputs later
         return outputs
@@ -89,14 +72,14 @@ class BahdanauDecoderState:
 
     hidden: torch.Tensor
     enc_outputs: torch.Tensor
-    enc_valid_lens: torch.Tensor
+    src_valid_lens: torch.Tensor
 
     def reorder(self, rows: torch.Tensor) -> None:
         """Keep the rows ``rows`` (B_new,) of the batch, in that order: row r becomes old row
         ``rows[r]`` (beam search gives each surviving beam its parent's state)."""
         self.hidden = self.hidden[:, rows]  # the batch is axis 1 of a GRU state
         self.enc_outputs = self.enc_outputs[rows]
-        self.enc_valid_lens = self.enc_valid_lens[rows]
+        self.src_valid_lens = self.src_valid_lens[rows]
 
 
 class BahdanauDecoder(nn.Module):
@@ -104,12 +87,12 @@ class BahdanauDecoder(nn.Module):
 
     One step, from the previous token y (B,) and the state s (L, B, H)::
 
-        c = attention(query=s[-1], keys=values=enc_outputs, valid_lens=enc_valid_lens)  # (B, H)
+        c = attention(query=s[-1], keys=values=enc_outputs, valid_lens=src_valid_lens)  # (B, H)
         s = GRU([embedding(y); c], s)                                                   # (L, B, H)
         logits = output([s[-1]; c; embedding(y)])                                       # (B, V)
 
     ``step(tokens, state)``: tokens (B, T_new) fed one after the other -> logits (B, T_new, V);
-    ``state`` then holds the new hidden state. ``forward(tokens, enc_outputs, enc_valid_lens)`` is
+    ``state`` then holds the new hidden state. ``forward(tokens, enc_outputs, src_valid_lens)`` is
     teacher forcing: the same steps from a fresh state. ``.attention_weights`` keeps the weights
     of the last call, (B, T_new, T_src), for plotting.
     """
@@ -127,9 +110,10 @@ class BahdanauDecoder(nn.Module):
         self.output = nn.Linear(2 * num_hiddens + embed_size, vocab_size)  # [s_i; c_i; e(y_{i-1})]
         self.attention_weights: torch.Tensor | None = None
 
-    def init_state(self, enc_outputs, enc_valid_lens) -> BahdanauDecoderState:
+    def init_state(self, enc_outputs, src_valid_lens) -> BahdanauDecoderState:
         """The state before the first step: s_0 = tanh(W_s h_last), h_last (B, H) being the
-        encoder's output at each sentence's last valid token; one s_0 per layer, (L, B, H)."""
+        encoder's output at each sentence's last valid token; one s_0 per layer, (L, B, H).
+        ``src_valid_lens`` (B,), each in 1 .. T_src, are trusted: the encoder checked them."""
         if not isinstance(enc_outputs, torch.Tensor) or enc_outputs.dim() != 3 \
                 or enc_outputs.shape[-1] != self.num_hiddens:
             shape = tuple(enc_outputs.shape) if isinstance(enc_outputs, torch.Tensor) else type(
@@ -137,24 +121,25 @@ class BahdanauDecoder(nn.Module):
             raise ValueError(f"enc_outputs must have shape (B, T_src, H={self.num_hiddens}), "
                              f"got {shape}")
         B, T_src, H = enc_outputs.shape
-        enc_valid_lens = _check_source_lengths(enc_valid_lens, B, T_src, enc_outputs.device)
-        h_last = enc_outputs[torch.arange(B, device=enc_outputs.device), enc_valid_lens - 1]
+        src_valid_lens = torch.as_tensor(src_valid_lens, device=enc_outputs.device)  # trusted
+        h_last = enc_outputs[torch.arange(B, device=enc_outputs.device), src_valid_lens - 1]
         s_0 = torch.tanh(self.W_s(h_last))  # (B, L*H)
         hidden = s_0.reshape(B, self.num_layers, H).transpose(0, 1).contiguous()  # (L, B, H)
-        return BahdanauDecoderState(hidden, enc_outputs, enc_valid_lens)
+        return BahdanauDecoderState(hidden, enc_outputs, src_valid_lens)
 
     def step(self, tokens, state: BahdanauDecoderState):
         """Feed tokens (B, T_new), one position after the other; return their logits (B, T_new, V)."""
-        _check_tokens("tokens", tokens)
+        check_tokens(tokens, "tokens")
         if tokens.shape[0] != state.hidden.shape[1]:
             raise ValueError(f"tokens have batch size {tokens.shape[0]} but the state holds "
                              f"{state.hidden.shape[1]} rows (hidden {tuple(state.hidden.shape)})")
         embedded = self.dropout(self.embedding(tokens))  # (B, T_new, E)
+        keys = self.attention.W_k(state.enc_outputs)  # (B, T_src, H): projected once per call
         outputs, weights = [], []
         for t in range(tokens.shape[1]):  # one step per position: s_i depends on s_{i-1}
-            query = state.hidden[-1][:, None]  # (B, 1, H): the top layer's previous state
-            context = self.attention(query, state.enc_outputs, state.enc_outputs,
-                                     state.enc_valid_lens)  # (B, 1, H)
+            query = self.attention.W_q(state.hidden[-1][:, None])  # (B, 1, H): previous top state
+            context = self.attention.attend(query, keys, state.enc_outputs,
+                                            state.src_valid_lens)  # (B, 1, H)
             x = torch.cat([embedded[:, t:t + 1], context], dim=-1)  # (B, 1, E + H)
             out, state.hidden = self.rnn(x, state.hidden)  # (B, 1, H), (L, B, H)
             outputs.append(torch.cat([out, context, embedded[:, t:t + 1]], dim=-1))  # (B, 1, 2H + E)
@@ -162,14 +147,14 @@ class BahdanauDecoder(nn.Module):
         self.attention_weights = torch.cat(weights, dim=1)  # (B, T_new, T_src)
         return self.output(self.dropout(torch.cat(outputs, dim=1)))  # (B, T_new, V)
 
-    def forward(self, tokens, enc_outputs, enc_valid_lens):
-        return self.step(tokens, self.init_state(enc_outputs, enc_valid_lens))
+    def forward(self, tokens, enc_outputs, src_valid_lens):
+        return self.step(tokens, self.init_state(enc_outputs, src_valid_lens))
 
 
 class BahdanauSeq2Seq(nn.Module):
     """The RNN encoder-decoder with Bahdanau attention, for translation.
 
-    forward(src (B, T_src), src_valid_len (B,), dec_input (B, T_tgt)) -> logits (B, T_tgt, V_tgt),
+    forward(src (B, T_src), src_valid_lens (B,), dec_input (B, T_tgt)) -> logits (B, T_tgt, V_tgt),
     the decoder fed ``dec_input`` (``<bos>`` then the target, shifted right: teacher forcing).
     """
 
@@ -180,6 +165,6 @@ class BahdanauSeq2Seq(nn.Module):
         self.decoder = BahdanauDecoder(tgt_vocab_size, embed_size, num_hiddens, num_layers,
                                        dropout)
 
-    def forward(self, src, src_valid_len, dec_input):
-        enc_outputs = self.encoder(src, src_valid_len)
-        return self.decoder(dec_input, enc_outputs, src_valid_len)
+    def forward(self, src, src_valid_lens, dec_input):
+        enc_outputs = self.encoder(src, src_valid_lens)
+        return self.decoder(dec_input, enc_outputs, src_valid_lens)

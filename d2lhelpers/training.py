@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .attention import sequence_mask
+from .attention import check_valid_lens, sequence_mask
 from .basics import check_int
 from .data import Batch
 
@@ -44,10 +44,7 @@ def masked_cross_entropy(logits, targets, valid_lens, label_smoothing: float = 0
             f"and targets {tuple(targets.shape)}"
         )
     B, T, _ = logits.shape
-    valid_lens = torch.as_tensor(valid_lens, device=logits.device)
-    if valid_lens.shape != (B,) or valid_lens.min() < 0 or valid_lens.max() > T:
-        raise ValueError(f"valid_lens must have shape (B,)=({B},) with values in [0, T={T}], got "
-                         f"shape {tuple(valid_lens.shape)} and values {valid_lens.tolist()}")
+    valid_lens = check_valid_lens(valid_lens, B, None, T, keys_name="T", device=logits.device)
     mask = sequence_mask(valid_lens, T)  # (B, T)
     # Only the valid positions are scored, (B, T, V)[mask] -> (N_valid, V): whatever the padding
     # positions hold (even inf or NaN logits) never reaches the loss or its gradient, as it would
@@ -101,9 +98,9 @@ def train_seq2seq(model: nn.Module, data_loader, num_epochs: int | None = None, 
                   on_epoch_end: Callable[[TrainingReport], None] | None = None) -> TrainingReport:
     """Train an encoder-decoder with teacher forcing; return a :class:`TrainingReport`.
 
-    data_loader yields batches ``(src, src_valid_len, dec_input, tgt, tgt_valid_len)`` (a
+    data_loader yields batches ``(src, src_valid_lens, dec_input, tgt, tgt_valid_lens)`` (a
     :class:`~d2lhelpers.data.Batch`, e.g. from ``TranslationData.train_loader()``);
-    ``model(src, src_valid_len, dec_input)`` returns logits (B, T, V), scored by
+    ``model(src, src_valid_lens, dec_input)`` returns logits (B, T, V), scored by
     :func:`masked_cross_entropy` (with ``label_smoothing``). Each update: zero the gradients,
     backward, clip the gradient norm to ``grad_clip``, ``optimizer.step()``, then
     ``scheduler.step()`` if a scheduler is given.
@@ -134,15 +131,15 @@ def train_seq2seq(model: nn.Module, data_loader, num_epochs: int | None = None, 
         start = time.perf_counter()
         for batch in data_loader:
             batch = Batch(*batch).to(device)
-            logits = model(batch.src, batch.src_valid_len, batch.dec_input)
-            loss = masked_cross_entropy(logits, batch.tgt, batch.tgt_valid_len, label_smoothing)
+            logits = model(batch.src, batch.src_valid_lens, batch.dec_input)
+            loss = masked_cross_entropy(logits, batch.tgt, batch.tgt_valid_lens, label_smoothing)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
             optimizer.step()
             if scheduler is not None:
                 scheduler.step()
-            tokens = batch.tgt_valid_len.sum()
+            tokens = batch.tgt_valid_lens.sum()
             total_loss, total_tokens = total_loss + loss.detach() * tokens, total_tokens + tokens
             if max_seconds is not None and report.seconds + time.perf_counter() - start >= max_seconds:
                 break

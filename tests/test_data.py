@@ -291,11 +291,11 @@ def test_translation_data_batches(tmp_path, no_network):
 
     batches = list(d.train_loader())
     assert sum(len(b[0]) for b in batches) == len(d)
-    src, src_valid_len, dec_input, tgt, tgt_valid_len = batches[0]
+    src, src_valid_lens, dec_input, tgt, tgt_valid_lens = batches[0]
     assert src.shape == dec_input.shape == tgt.shape == (4, 4)
-    assert src_valid_len.shape == tgt_valid_len.shape == (4,)
+    assert src_valid_lens.shape == tgt_valid_lens.shape == (4,)
     assert all(t.dtype == torch.long for t in batches[0])
-    for x, valid_len in ((src, src_valid_len), (tgt, tgt_valid_len)):
+    for x, valid_len in ((src, src_valid_lens), (tgt, tgt_valid_lens)):
         assert torch.equal(valid_len, (x != pad).sum(dim=1))
         positions = torch.arange(4)[None, :]
         # padding only after the valid part
@@ -305,11 +305,11 @@ def test_translation_data_batches(tmp_path, no_network):
 
     # row by row: tokens, then <eos>, then padding, or cut at num_steps (losing the <eos>)
     for i, (en, fr) in enumerate(d.train_pairs):
-        for sentence, vocab, x, valid_len in ((en, d.src_vocab, d.src, d.src_valid_len),
-                                              (fr, d.tgt_vocab, d.tgt, d.tgt_valid_len)):
+        for sentence, vocab, x, valid_len in ((en, d.src_vocab, d.src, d.src_valid_lens),
+                                              (fr, d.tgt_vocab, d.tgt, d.tgt_valid_lens)):
             expected = (vocab[data.tokenize(sentence)] + [eos])[:4]
             assert x[i, :valid_len[i]].tolist() == expected and valid_len[i] == len(expected)
-    assert d.tgt_valid_len.max() == 4 and (d.tgt == eos).sum() < len(d)  # some targets were cut
+    assert d.tgt_valid_lens.max() == 4 and (d.tgt == eos).sum() < len(d)  # some targets were cut
 
     # the loader is shuffled, reproducibly
     orders = [torch.cat([b[0] for b in d.train_loader()]) for _ in range(2)]

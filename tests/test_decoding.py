@@ -203,13 +203,13 @@ class _MarkovDecoder(nn.Module):
         super().__init__()
         self.register_buffer("log_table", table.log())
 
-    def init_state(self, enc_outputs, enc_valid_lens=None):
+    def init_state(self, enc_outputs, src_valid_lens=None):
         return _NoState()
 
     def step(self, tokens, state):
         return self.log_table[tokens]  # (B, T) -> (B, T, V): logits = log-probabilities
 
-    def forward(self, tokens, enc_outputs, enc_valid_lens=None):
+    def forward(self, tokens, enc_outputs, src_valid_lens=None):
         return self.log_table[tokens]
 
 
@@ -227,8 +227,8 @@ class MarkovModel(nn.Module):
                 table[prev, token] = p
         self.encoder, self.decoder = _ZeroEncoder(), _MarkovDecoder(table.float())
 
-    def forward(self, src, src_valid_len, tgt_input):
-        return self.decoder(tgt_input, self.encoder(src, src_valid_len), src_valid_len)
+    def forward(self, src, src_valid_lens, dec_input):
+        return self.decoder(dec_input, self.encoder(src, src_valid_lens), src_valid_lens)
 
 
 # Greedy takes A (0.5) then C (0.4) then <eos> (0.95): probability 0.19. B (0.4) then <eos> (0.9)
@@ -284,18 +284,18 @@ def random_model(norm_first=False, seed=0):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_beam_width_one_is_greedy_decoding(seed):
-    model, src, src_valid_len = random_model(seed=seed)
-    greedy = d2lh.greedy_decode(model, src, src_valid_len, BOS, EOS, max_len=10)
-    beam = d2lh.beam_search(model, src, src_valid_len, BOS, EOS, max_len=10, beam_size=1)
+    model, src, src_valid_lens = random_model(seed=seed)
+    greedy = d2lh.greedy_decode(model, src, src_valid_lens, BOS, EOS, max_len=10)
+    beam = d2lh.beam_search(model, src, src_valid_lens, BOS, EOS, max_len=10, beam_size=1)
     assert torch.equal(beam.tokens, greedy)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("beam_size, alpha", [(2, 0.0), (3, 1.0), (5, 0.6)])
 def test_beam_search_with_and_without_the_cache_agree(norm_first, beam_size, alpha):
-    model, src, src_valid_len = random_model(norm_first)
-    cached = d2lh.beam_search(model, src, src_valid_len, BOS, EOS, 10, beam_size, alpha)
-    recomputed = d2lh.beam_search(model, src, src_valid_len, BOS, EOS, 10, beam_size, alpha,
+    model, src, src_valid_lens = random_model(norm_first)
+    cached = d2lh.beam_search(model, src, src_valid_lens, BOS, EOS, 10, beam_size, alpha)
+    recomputed = d2lh.beam_search(model, src, src_valid_lens, BOS, EOS, 10, beam_size, alpha,
                                   use_cache=False)
     assert torch.equal(cached.tokens, recomputed.tokens)
     torch.testing.assert_close(cached.log_probs, recomputed.log_probs)
@@ -304,9 +304,9 @@ def test_beam_search_with_and_without_the_cache_agree(norm_first, beam_size, alp
 
 @pytest.mark.parametrize("beam_size, alpha", [(2, 0.0), (4, 1.0)])
 def test_beam_search_reports_what_it_found(beam_size, alpha):
-    model, src, src_valid_len = random_model()
-    beam = d2lh.beam_search(model, src, src_valid_len, BOS, EOS, 10, beam_size, alpha)
-    log_probs, lengths = d2lh.sequence_log_prob(model, src, src_valid_len, beam.tokens, BOS, EOS)
+    model, src, src_valid_lens = random_model()
+    beam = d2lh.beam_search(model, src, src_valid_lens, BOS, EOS, 10, beam_size, alpha)
+    log_probs, lengths = d2lh.sequence_log_prob(model, src, src_valid_lens, beam.tokens, BOS, EOS)
     torch.testing.assert_close(beam.log_probs, log_probs)  # re-scored by teacher forcing
     assert torch.equal(beam.lengths, lengths)
     torch.testing.assert_close(beam.scores, log_probs / lengths.float() ** alpha)
@@ -323,23 +323,23 @@ def test_beam_search_reports_what_it_found(beam_size, alpha):
     (dict(beam_size=0), "beam_size must be a positive int, got 0"),
     (dict(length_penalty=-1.0), "length_penalty must be a finite number >= 0, got -1.0"),
     (dict(max_len=0), "max_len must be a positive int, got 0"),
-    (dict(src_valid_len=torch.tensor([1, 2])), r"src_valid_len \(2,\)"),
+    (dict(src_valid_lens=torch.tensor([1, 2])), r"src_valid_lens \(2,\)"),
 ])
 def test_beam_search_rejects_bad_arguments(kwargs, message):
-    model, src, src_valid_len = random_model()
-    arguments = dict(src=src, src_valid_len=src_valid_len, bos=BOS, eos=EOS, max_len=5) | kwargs
+    model, src, src_valid_lens = random_model()
+    arguments = dict(src=src, src_valid_lens=src_valid_lens, bos=BOS, eos=EOS, max_len=5) | kwargs
     with pytest.raises(ValueError, match=message):
         d2lh.beam_search(model, **arguments)
 
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(max_len=0), "max_len must be a positive int, got 0"),
-    (dict(src_valid_len=torch.tensor([1, 2])), r"src_valid_len \(2,\)"),
+    (dict(src_valid_lens=torch.tensor([1, 2])), r"src_valid_lens \(2,\)"),
     (dict(src=torch.zeros(5, dtype=torch.long)), r"src must have shape \(B, T_src\).*got src \(5,\)"),
 ])
 def test_greedy_decode_rejects_bad_arguments(kwargs, message):
-    model, src, src_valid_len = random_model()
-    arguments = dict(src=src, src_valid_len=src_valid_len, bos=BOS, eos=EOS, max_len=5) | kwargs
+    model, src, src_valid_lens = random_model()
+    arguments = dict(src=src, src_valid_lens=src_valid_lens, bos=BOS, eos=EOS, max_len=5) | kwargs
     with pytest.raises(ValueError, match=message):
         d2lh.greedy_decode(model, **arguments)
 

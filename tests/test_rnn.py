@@ -27,19 +27,19 @@ def small_model(num_layers=1, seed=0, sharpen=False):
 def batch(B=3, T_src=6, T_tgt=5, seed=1):
     g = torch.Generator().manual_seed(seed)
     src = torch.randint(3, SRC_V, (B, T_src), generator=g)
-    src_valid_len = torch.tensor([T_src, 2, 4, 1, 5, 3][:B])
-    return src, src_valid_len, torch.randint(0, TGT_V, (B, T_tgt), generator=g)
+    src_valid_lens = torch.tensor([T_src, 2, 4, 1, 5, 3][:B])
+    return src, src_valid_lens, torch.randint(0, TGT_V, (B, T_tgt), generator=g)
 
 
 @pytest.mark.parametrize("num_layers", [1, 2])
 def test_shapes(num_layers):
     model = small_model(num_layers)
-    src, src_valid_len, tgt = batch()
-    enc = model.encoder(src, src_valid_len)
+    src, src_valid_lens, tgt = batch()
+    enc = model.encoder(src, src_valid_lens)
     assert enc.shape == (3, 6, H)  # (B, T_src, H)
-    state = model.decoder.init_state(enc, src_valid_len)
+    state = model.decoder.init_state(enc, src_valid_lens)
     assert state.hidden.shape == (num_layers, 3, H)  # (L, B, H)
-    assert model(src, src_valid_len, tgt).shape == (3, 5, TGT_V)  # (B, T_tgt, V)
+    assert model(src, src_valid_lens, tgt).shape == (3, 5, TGT_V)  # (B, T_tgt, V)
     assert model.decoder.attention_weights.shape == (3, 5, 6)  # (B, T_tgt, T_src)
     assert model.decoder.step(tgt[:, :1], state).shape == (3, 1, TGT_V)
     assert model.decoder.attention_weights.shape == (3, 1, 6)  # the weights of the last call
@@ -48,18 +48,18 @@ def test_shapes(num_layers):
 @pytest.mark.parametrize("num_layers", [1, 2])
 def test_one_step_is_attention_with_the_previous_state_as_query_then_the_gru(num_layers):
     model = small_model(num_layers)
-    src, src_valid_len, tgt = batch()
+    src, src_valid_lens, tgt = batch()
     decoder = model.decoder
     with torch.no_grad():
-        enc = model.encoder(src, src_valid_len)
+        enc = model.encoder(src, src_valid_lens)
         # s_0 = tanh(W_s h_last), h_last: the encoder's output at each sentence's last valid token
-        h_last = torch.stack([enc[b, n - 1] for b, n in enumerate(src_valid_len.tolist())])
+        h_last = torch.stack([enc[b, n - 1] for b, n in enumerate(src_valid_lens.tolist())])
         s = torch.tanh(decoder.W_s(h_last)).reshape(3, num_layers, H).transpose(0, 1)
-        state = decoder.init_state(enc, src_valid_len)
+        state = decoder.init_state(enc, src_valid_lens)
         torch.testing.assert_close(state.hidden, s)
         for t in range(tgt.shape[1]):
             query = s[-1][:, None]  # (B, 1, H): the top layer's previous state
-            context = decoder.attention(query, enc, enc, src_valid_len)  # (B, 1, H)
+            context = decoder.attention(query, enc, enc, src_valid_lens)  # (B, 1, H)
             x = torch.cat([decoder.embedding(tgt[:, t:t + 1]), context], dim=-1)  # (B, 1, E + H)
             out, s = decoder.rnn(x, s)
             expected = decoder.output(torch.cat([out, context, decoder.embedding(tgt[:, t:t + 1])],
@@ -70,24 +70,24 @@ def test_one_step_is_attention_with_the_previous_state_as_query_then_the_gru(num
 
 def test_the_encoder_is_an_embedding_then_a_gru():
     model = small_model(num_layers=2)
-    src, src_valid_len, _ = batch()
+    src, src_valid_lens, _ = batch()
     with torch.no_grad():
         expected, _ = model.encoder.rnn(model.encoder.embedding(src))
-        torch.testing.assert_close(model.encoder(src, src_valid_len), expected)
+        torch.testing.assert_close(model.encoder(src, src_valid_lens), expected)
 
 
 @pytest.mark.parametrize("num_layers", [1, 2])
 def test_source_padding_never_changes_the_output(num_layers):
     model = small_model(num_layers)
-    src, src_valid_len, tgt = batch()
+    src, src_valid_lens, tgt = batch()
     with torch.no_grad():
-        logits = model(src, src_valid_len, tgt)
+        logits = model(src, src_valid_lens, tgt)
         weights = model.decoder.attention_weights
         other = src.clone()
         other[1, 2:] = (other[1, 2:] + 5) % SRC_V  # other tokens where sentence 1 is padding
-        torch.testing.assert_close(model(other, src_valid_len, tgt), logits)
+        torch.testing.assert_close(model(other, src_valid_lens, tgt), logits)
         longer = torch.cat([src, torch.zeros(3, 4, dtype=torch.long)], dim=1)  # 4 more pad columns
-        torch.testing.assert_close(model(longer, src_valid_len, tgt), logits)
+        torch.testing.assert_close(model(longer, src_valid_lens, tgt), logits)
         torch.testing.assert_close(model.decoder.attention_weights[..., :6], weights)
     assert torch.all(model.decoder.attention_weights[..., 6:] == 0)
 
@@ -95,12 +95,12 @@ def test_source_padding_never_changes_the_output(num_layers):
 @pytest.mark.parametrize("num_layers", [1, 2])
 def test_decoding_step_by_step_equals_teacher_forcing(num_layers):
     model = small_model(num_layers)
-    src, src_valid_len, tgt = batch(T_tgt=7)
+    src, src_valid_lens, tgt = batch(T_tgt=7)
     with torch.no_grad():
-        enc = model.encoder(src, src_valid_len)
-        full = model.decoder(tgt, enc, src_valid_len)
+        enc = model.encoder(src, src_valid_lens)
+        full = model.decoder(tgt, enc, src_valid_lens)
         full_weights = model.decoder.attention_weights
-        state = model.decoder.init_state(enc, src_valid_len)
+        state = model.decoder.init_state(enc, src_valid_lens)
         steps, weights = [], []
         for t in range(7):
             steps.append(model.decoder.step(tgt[:, t:t + 1], state))
@@ -108,23 +108,23 @@ def test_decoding_step_by_step_equals_teacher_forcing(num_layers):
         torch.testing.assert_close(torch.cat(steps, dim=1), full)
         torch.testing.assert_close(torch.cat(weights, dim=1), full_weights)
         # in chunks of any size, too: 3 positions, then 4
-        state = model.decoder.init_state(enc, src_valid_len)
+        state = model.decoder.init_state(enc, src_valid_lens)
         chunks = [model.decoder.step(tgt[:, :3], state), model.decoder.step(tgt[:, 3:], state)]
         torch.testing.assert_close(torch.cat(chunks, dim=1), full)
 
 
 def test_state_reorders_its_rows():
     model = small_model(num_layers=2)
-    src, src_valid_len, tgt = batch()
+    src, src_valid_lens, tgt = batch()
     with torch.no_grad():
-        enc = model.encoder(src, src_valid_len)
-        state = model.decoder.init_state(enc, src_valid_len)
+        enc = model.encoder(src, src_valid_lens)
+        state = model.decoder.init_state(enc, src_valid_lens)
         model.decoder.step(tgt[:, :3], state)
         rows = torch.tensor([1, 1, 0, 2])  # two copies of sentence 1, then sentences 0 and 2
-        reference = model.decoder.init_state(enc[rows], src_valid_len[rows])
+        reference = model.decoder.init_state(enc[rows], src_valid_lens[rows])
         model.decoder.step(tgt[rows, :3], reference)
         state.reorder(rows)
-        assert state.enc_valid_lens.tolist() == [2, 2, 6, 4]
+        assert state.src_valid_lens.tolist() == [2, 2, 6, 4]
         torch.testing.assert_close(state.hidden, reference.hidden)
         token = torch.randint(0, TGT_V, (4, 1))
         torch.testing.assert_close(model.decoder.step(token, state),
@@ -134,11 +134,11 @@ def test_state_reorders_its_rows():
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_beam_width_one_is_greedy_decoding(seed):
     model = small_model(num_layers=2, seed=seed, sharpen=True)
-    src, src_valid_len, _ = batch(B=6)
-    greedy = d2lh.greedy_decode(model, src, src_valid_len, BOS, EOS, max_len=10)
-    beam = d2lh.beam_search(model, src, src_valid_len, BOS, EOS, max_len=10, beam_size=1)
+    src, src_valid_lens, _ = batch(B=6)
+    greedy = d2lh.greedy_decode(model, src, src_valid_lens, BOS, EOS, max_len=10)
+    beam = d2lh.beam_search(model, src, src_valid_lens, BOS, EOS, max_len=10, beam_size=1)
     assert torch.equal(beam.tokens, greedy)
-    recomputed = d2lh.greedy_decode(model, src, src_valid_len, BOS, EOS, max_len=10,
+    recomputed = d2lh.greedy_decode(model, src, src_valid_lens, BOS, EOS, max_len=10,
                                     use_cache=False)
     assert torch.equal(recomputed, greedy)
 
@@ -146,13 +146,13 @@ def test_beam_width_one_is_greedy_decoding(seed):
 @pytest.mark.parametrize("beam_size, alpha", [(2, 0.0), (4, 0.6)])
 def test_beam_search_with_and_without_the_state_agree_and_report_what_they_found(beam_size, alpha):
     model = small_model(num_layers=2, seed=2, sharpen=True)
-    src, src_valid_len, _ = batch(B=6)
-    stepped = d2lh.beam_search(model, src, src_valid_len, BOS, EOS, 10, beam_size, alpha)
-    recomputed = d2lh.beam_search(model, src, src_valid_len, BOS, EOS, 10, beam_size, alpha,
+    src, src_valid_lens, _ = batch(B=6)
+    stepped = d2lh.beam_search(model, src, src_valid_lens, BOS, EOS, 10, beam_size, alpha)
+    recomputed = d2lh.beam_search(model, src, src_valid_lens, BOS, EOS, 10, beam_size, alpha,
                                   use_cache=False)
     assert torch.equal(stepped.tokens, recomputed.tokens)
     torch.testing.assert_close(stepped.log_probs, recomputed.log_probs)
-    log_probs, lengths = d2lh.sequence_log_prob(model, src, src_valid_len, stepped.tokens, BOS, EOS)
+    log_probs, lengths = d2lh.sequence_log_prob(model, src, src_valid_lens, stepped.tokens, BOS, EOS)
     torch.testing.assert_close(stepped.log_probs, log_probs)  # re-scored by teacher forcing
     assert torch.equal(stepped.lengths, lengths)
     assert len(set(lengths.tolist())) > 1  # the sentences finished at different steps
@@ -160,20 +160,20 @@ def test_beam_search_with_and_without_the_state_agree_and_report_what_they_found
 
 def test_attention_weights_are_kept_for_plotting():
     model = small_model()
-    src, src_valid_len, tgt = batch()
+    src, src_valid_lens, tgt = batch()
     with torch.no_grad():
-        model(src, src_valid_len, tgt)
+        model(src, src_valid_lens, tgt)
     weights = model.decoder.attention_weights
     assert weights.shape == (3, 5, 6) and not weights.requires_grad
     torch.testing.assert_close(weights.sum(dim=-1), torch.ones(3, 5))  # a distribution per step
-    for b, n in enumerate(src_valid_len.tolist()):
+    for b, n in enumerate(src_valid_lens.tolist()):
         assert torch.all(weights[b, :, n:] == 0)  # no weight on the padding
 
 
 def test_gradients_reach_every_parameter():
     model = small_model(num_layers=2).train()
-    src, src_valid_len, tgt = batch()
-    model(src, src_valid_len, tgt).sum().backward()
+    src, src_valid_lens, tgt = batch()
+    model(src, src_valid_lens, tgt).sum().backward()
     missing = [name for name, p in model.named_parameters()
                if p.grad is None or not torch.any(p.grad != 0)]
     assert not missing
@@ -196,13 +196,13 @@ def test_train_seq2seq_translate_and_held_out_bleu_serve_it():
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda m, src, n, tgt: m(src, n[:2], tgt), r"src_valid_len must be whole numbers of shape "
+    (lambda m, src, n, tgt: m(src, n[:2], tgt), r"src_valid_lens must be whole numbers of shape "
                                                 r"\(B,\)=\(3,\), got torch.int64 of shape \(2,\)"),
     (lambda m, src, n, tgt: m(src, n.float(), tgt), r"got torch.float32 of shape \(3,\)"),
     (lambda m, src, n, tgt: m(src, torch.tensor([6, 7, 1]), tgt),
      r"valid_lens must lie in \[0, T_k=6\], got values from 1 to 7"),
     (lambda m, src, n, tgt: m(src, torch.tensor([6, 0, 1]), tgt),
-     r"src_valid_len must be at least 1 .*got \[6, 0, 1\]"),
+     r"src_valid_lens must be at least 1 .*got \[6, 0, 1\]"),
     (lambda m, src, n, tgt: m(src[0], n, tgt),
      r"tokens must be integer token indices of shape \(B, T\), got \(6,\)"),
     (lambda m, src, n, tgt: m(src.float(), n, tgt), r"tokens must be integer token indices"),
@@ -213,6 +213,6 @@ def test_train_seq2seq_translate_and_held_out_bleu_serve_it():
 ])
 def test_bad_input_is_named(call, message):
     model = small_model()
-    src, src_valid_len, tgt = batch()
+    src, src_valid_lens, tgt = batch()
     with pytest.raises(ValueError, match=message):
-        call(model, src, src_valid_len, tgt)
+        call(model, src, src_valid_lens, tgt)

@@ -61,7 +61,7 @@ def test_training_learns_a_toy_translation_and_decodes_it():
                                 progress=False)
     assert len(report.epoch_losses) == 40
     assert report.epoch_losses[-1] < 0.1 < 2.0 < report.epoch_losses[0]
-    assert report.num_tokens == 40 * int(data.tgt_valid_len.sum()) and report.tokens_per_second > 0
+    assert report.num_tokens == 40 * int(data.tgt_valid_lens.sum()) and report.tokens_per_second > 0
     assert d2lh.translate(model, data, "Red big.") == "RED BIG RED ."  # input normalised first
     assert d2lh.translate(model, data, ["cat dog .", "sun sea ."]) == ["CAT DOG CAT .", "SUN SEA SUN ."]
     assert d2lh.held_out_bleu(model, data) == pytest.approx(100.0)
@@ -76,7 +76,7 @@ def test_training_stops_at_the_time_budget():
     model = d2lh.Transformer(len(data.src_vocab), len(data.tgt_vocab), d_model=16, num_heads=2,
                              ffn_hidden=16, num_layers=1)
     report = d2lh.train_seq2seq(model, data.train_loader(), max_seconds=0.0, progress=False)
-    assert len(report.epoch_losses) == 1 and report.num_tokens < int(data.tgt_valid_len.sum())
+    assert len(report.epoch_losses) == 1 and report.num_tokens < int(data.tgt_valid_lens.sum())
     with pytest.raises(ValueError, match="num_epochs, max_seconds"):
         d2lh.train_seq2seq(model, data.train_loader())
 
@@ -84,9 +84,9 @@ def test_training_stops_at_the_time_budget():
 def test_greedy_decoding_gives_the_same_tokens_with_and_without_the_cache():
     torch.manual_seed(0)
     model = d2lh.Transformer(9, 12, d_model=16, num_heads=2, ffn_hidden=32, num_layers=2).eval()
-    src, src_valid_len = torch.randint(3, 9, (4, 6)), torch.tensor([6, 1, 3, 5])
-    with_cache = d2lh.greedy_decode(model, src, src_valid_len, bos=1, eos=2, max_len=12)
-    without = d2lh.greedy_decode(model, src, src_valid_len, bos=1, eos=2, max_len=12, use_cache=False)
+    src, src_valid_lens = torch.randint(3, 9, (4, 6)), torch.tensor([6, 1, 3, 5])
+    with_cache = d2lh.greedy_decode(model, src, src_valid_lens, bos=1, eos=2, max_len=12)
+    without = d2lh.greedy_decode(model, src, src_valid_lens, bos=1, eos=2, max_len=12, use_cache=False)
     assert torch.equal(with_cache, without)
     assert with_cache.shape[0] == 4 and with_cache.shape[1] <= 12
     # after a sequence's <eos>, its row only holds <eos>

@@ -37,11 +37,11 @@ def test_decoder_block_equals_torch_decoder_layer(norm_first):
     d2lh.copy_to_torch_layer(ours, theirs)
     X = torch.randn(2, 6, D_MODEL, dtype=torch.float64)
     memory = torch.randn(2, 5, D_MODEL, dtype=torch.float64)
-    enc_valid_lens = torch.tensor([2, 5])
+    src_valid_lens = torch.tensor([2, 5])
     causal = nn.Transformer.generate_square_subsequent_mask(6, dtype=torch.float64)
     expected = theirs(X, memory, tgt_mask=causal,
-                      memory_key_padding_mask=padding_mask(enc_valid_lens, 5))
-    torch.testing.assert_close(ours(X, memory, enc_valid_lens), expected)
+                      memory_key_padding_mask=padding_mask(src_valid_lens, 5))
+    torch.testing.assert_close(ours(X, memory, src_valid_lens), expected)
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -65,13 +65,13 @@ def test_pre_norm_transformer_stacks_equal_torch_transformer():
     theirs = nn.Transformer(D_MODEL, HEADS, 2, 2, FFN, dropout=0.0, batch_first=True,
                             norm_first=True).double().eval()
     d2lh.copy_to_torch_layer(ours, theirs)
-    src, src_valid_len = torch.randint(0, 11, (2, 6)), torch.tensor([6, 4])
+    src, src_valid_lens = torch.randint(0, 11, (2, 6)), torch.tensor([6, 4])
     tgt = torch.randint(0, 13, (2, 5))
     X_src, X_tgt = ours.encoder.embed(src), ours.decoder.embed(tgt)  # embeddings are ours alone
-    memory_mask = padding_mask(src_valid_len, 6)
+    memory_mask = padding_mask(src_valid_lens, 6)
     out = theirs(X_src, X_tgt, tgt_mask=nn.Transformer.generate_square_subsequent_mask(5).double(),
                  src_key_padding_mask=memory_mask, memory_key_padding_mask=memory_mask)
-    torch.testing.assert_close(ours(src, src_valid_len, tgt), ours.decoder.output(out))
+    torch.testing.assert_close(ours(src, src_valid_lens, tgt), ours.decoder.output(out))
 
 
 def test_copy_to_torch_layer_rejects_mismatches():
@@ -122,11 +122,11 @@ def small_model(norm_first=False):
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoding_with_the_cache_equals_recomputing(norm_first, need_weights):
     model = small_model(norm_first)
-    src, src_valid_len = torch.randint(0, 11, (3, 6)), torch.tensor([6, 2, 4])
+    src, src_valid_lens = torch.randint(0, 11, (3, 6)), torch.tensor([6, 2, 4])
     tgt = torch.randint(0, 13, (3, 7))
-    enc = model.encoder(src, src_valid_len)
-    full = model.decoder(tgt, enc, src_valid_len)
-    state = model.decoder.init_state(enc, src_valid_len)
+    enc = model.encoder(src, src_valid_lens)
+    full = model.decoder(tgt, enc, src_valid_lens)
+    state = model.decoder.init_state(enc, src_valid_lens)
     # the encoder-decoder caches are filled when the state is made, once
     assert state.num_decoded == 0 and all(len(cache) == 6 for cache in state.cross_caches)
     steps = []
@@ -140,17 +140,17 @@ def test_decoding_with_the_cache_equals_recomputing(norm_first, need_weights):
 
 def test_decoder_state_reorders_every_cache_and_the_source_lengths():
     model = small_model()
-    src, src_valid_len = torch.randint(0, 11, (2, 6)), torch.tensor([6, 2])
-    enc = model.encoder(src, src_valid_len)
-    state = model.decoder.init_state(enc, src_valid_len)
+    src, src_valid_lens = torch.randint(0, 11, (2, 6)), torch.tensor([6, 2])
+    enc = model.encoder(src, src_valid_lens)
+    state = model.decoder.init_state(enc, src_valid_lens)
     model.decoder.step(torch.randint(0, 13, (2, 3)), state)
     rows = torch.tensor([1, 1, 0])  # three rows: two copies of sentence 1, then sentence 0
     state.reorder(rows)
-    assert state.enc_valid_lens.tolist() == [2, 2, 6]
+    assert state.src_valid_lens.tolist() == [2, 2, 6]
     # each row continues as its source row would have: the same logits for the same next token
-    reference = model.decoder.init_state(enc[rows], src_valid_len[rows])
+    reference = model.decoder.init_state(enc[rows], src_valid_lens[rows])
     prefix = torch.randint(0, 13, (2, 3))
-    fresh = model.decoder.init_state(enc, src_valid_len)
+    fresh = model.decoder.init_state(enc, src_valid_lens)
     model.decoder.step(prefix, fresh)
     model.decoder.step(prefix[rows], reference)
     fresh.reorder(rows)
@@ -160,38 +160,38 @@ def test_decoder_state_reorders_every_cache_and_the_source_lengths():
 
 def test_fast_and_readable_paths_give_the_same_logits():
     model = small_model().double()
-    src, src_valid_len = torch.randint(0, 11, (3, 6)), torch.tensor([6, 1, 4])
+    src, src_valid_lens = torch.randint(0, 11, (3, 6)), torch.tensor([6, 1, 4])
     tgt = torch.randint(0, 13, (3, 5))
-    torch.testing.assert_close(model(src, src_valid_len, tgt, need_weights=True),
-                               model(src, src_valid_len, tgt))
+    torch.testing.assert_close(model(src, src_valid_lens, tgt, need_weights=True),
+                               model(src, src_valid_lens, tgt))
     assert all(w is None for w in model.encoder.attention_weights)  # the fast path keeps none
 
 
 def test_causal_mask_never_leaks_the_future():
     model = small_model()
-    src, src_valid_len = torch.randint(0, 11, (2, 5)), torch.tensor([5, 3])
+    src, src_valid_lens = torch.randint(0, 11, (2, 5)), torch.tensor([5, 3])
     tgt = torch.randint(0, 13, (2, 8))
     changed = tgt.clone()
     changed[:, 5:] = (changed[:, 5:] + 1) % 13  # change every token from position 5 on
-    before = model(src, src_valid_len, tgt)
-    after = model(src, src_valid_len, changed)
+    before = model(src, src_valid_lens, tgt)
+    after = model(src, src_valid_lens, changed)
     torch.testing.assert_close(before[:, :5], after[:, :5])  # earlier outputs unchanged
     assert not torch.allclose(before[:, 5:], after[:, 5:])
 
 
 def test_source_padding_never_changes_the_output():
     model = small_model()
-    src, src_valid_len = torch.randint(0, 11, (2, 6)), torch.tensor([3, 6])
+    src, src_valid_lens = torch.randint(0, 11, (2, 6)), torch.tensor([3, 6])
     tgt = torch.randint(0, 13, (2, 4))
     other = src.clone()
     other[0, 3:] = (other[0, 3:] + 5) % 11  # different tokens where sequence 0 is padding
-    torch.testing.assert_close(model(src, src_valid_len, tgt), model(other, src_valid_len, tgt))
+    torch.testing.assert_close(model(src, src_valid_lens, tgt), model(other, src_valid_lens, tgt))
 
 
 def test_attention_weights_are_kept_for_every_block():
     model = small_model()
-    src, src_valid_len = torch.randint(0, 11, (2, 6)), torch.tensor([3, 6])
-    model(src, src_valid_len, torch.randint(0, 13, (2, 4)), need_weights=True)
+    src, src_valid_lens = torch.randint(0, 11, (2, 6)), torch.tensor([3, 6])
+    model(src, src_valid_lens, torch.randint(0, 13, (2, 4)), need_weights=True)
     assert [w.shape for w in model.encoder.attention_weights] == [(2, HEADS, 6, 6)] * 2
     for self_weights, cross_weights in model.decoder.attention_weights:
         assert self_weights.shape == (2, HEADS, 4, 4) and cross_weights.shape == (2, HEADS, 4, 6)

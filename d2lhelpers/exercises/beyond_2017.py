@@ -8,9 +8,9 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ..attention import KVCache
-from ..decoder_only import (GroupedQueryAttention, apply_rotary, next_token_probs,
-                            online_softmax_update)
+from ..attention import KVCache, MultiHeadAttention, online_softmax_update
+from ..decoding import next_token_probs
+from ..positional import apply_rotary
 from .cases import case_label, randint, randn, random_module, random_sizes, seeded_generator
 from .runner import run_check
 
@@ -97,7 +97,7 @@ def check_online_softmax_update(fn: Callable, seed: int = 0, hint: int = 1) -> N
 
 
 def _gqa_cases(generator):
-    """(description, (gqa, X, chunks)): a seeded GroupedQueryAttention with RoPE, whose weights the
+    """(description, (gqa, X, chunks)): a seeded grouped-query MultiHeadAttention with RoPE, whose weights the
     learner's module receives, new positions X (B, T, d_model) and the sizes of the steps."""
     fixed = [("one position per step", dict(h=4, g=2, d_k=2, B=2), (1, 1, 1, 1)),
              ("several positions per step", dict(h=4, g=2, d_k=4, B=2), (3, 2)),
@@ -113,7 +113,7 @@ def _gqa_cases(generator):
     for what, s, chunks in fixed:
         d_model = s["h"] * s["d_k"]
         with torch.random.fork_rng(devices=[]):  # the constructor draws from the global stream
-            gqa = random_module(GroupedQueryAttention(d_model, s["h"], s["g"], rotary=True),
+            gqa = random_module(MultiHeadAttention(d_model, s["h"], num_kv_heads=s["g"], rotary=True),
                                 generator)
         X = randn(generator, s["B"], sum(chunks), d_model)
         label = (f"d_model={d_model}, h={s['h']}, g={s['g']}, d_k={s['d_k']}, B={s['B']}, steps of "
@@ -139,7 +139,7 @@ def check_cached_gqa_self_attention(cls: type, seed: int = 0, hint: int = 1) -> 
     new positions X (B, T_new, d_model) that follow the ``len(cache)`` positions of ``cache`` (a
     d2lh.KVCache of (B, g, T_seen, d_k)), appends their keys (rotated at their positions) and
     values, and returns (B, T_new, d_model). Compared over several steps, outputs and cache, with
-    ``d2lh.GroupedQueryAttention(..., rotary=True).step``."""
+    ``d2lh.MultiHeadAttention(..., num_kv_heads=g, rotary=True).step``."""
     cases = _gqa_cases(seeded_generator(seed))
 
     def learner(gqa, X, chunks):

@@ -8,7 +8,6 @@ import torch
 from torch import nn
 
 from ..attention import MultiHeadAttention
-from ..transformer import copy_to_torch_layer
 from .cases import seeded_generator, randn, randint, random_sizes, size_text, case_label, random_module, random_lengths
 from .runner import run_check
 
@@ -94,9 +93,7 @@ def check_to_torch_multihead(fn: Callable, seed: int = 0, hint: int = 1) -> None
             return layer.eval()(queries, keys, values, need_weights=False)[0]
 
     def reference(mha, queries, keys, values):
-        layer = torch.nn.MultiheadAttention(mha.d_model, mha.num_heads, batch_first=True,
-                                            bias=mha.W_q.bias is not None)
-        return copy_to_torch_layer(mha, layer)
+        return mha.to_torch()
 
     run_check("to_torch_multihead", lambda mha, queries, keys, values: fn(mha), cases, reference,
               compare_through=("applied to the queries, keys and values", outputs),
