@@ -267,6 +267,8 @@ class TransformerDecoder(nn.Module):
             shape = tuple(enc_outputs.shape) if isinstance(enc_outputs, torch.Tensor) else type(
                 enc_outputs).__name__
             raise ValueError(f"enc_outputs must have shape (B, T_src, d_model), got {shape}")
+        if src_valid_lens is not None:  # trusted values; a list becomes a tensor (no host read)
+            src_valid_lens = torch.as_tensor(src_valid_lens, device=enc_outputs.device)
         return DecoderState(
             src_valid_lens, [KVCache() for _ in self.blocks],
             [block.cross_attention.project_keys_values(enc_outputs, enc_outputs)
@@ -311,9 +313,8 @@ class Transformer(nn.Module):
                                           num_layers, dropout, norm_first, max_len)
 
     def forward(self, src, src_valid_lens, dec_input, need_weights: bool = False):
+        check_tokens(dec_input, "dec_input")  # an error names the argument the caller passed
         enc_outputs = self.encoder(src, src_valid_lens, need_weights)  # checks the lengths
-        src_valid_lens = None if src_valid_lens is None else torch.as_tensor(
-            src_valid_lens, device=src.device)
         return self.decoder(dec_input, enc_outputs, src_valid_lens, need_weights)
 
     def to_torch(self) -> nn.Transformer:
