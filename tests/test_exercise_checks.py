@@ -18,7 +18,7 @@ from torch import nn
 import d2lhelpers as d2lh
 from d2lhelpers import exercises
 from d2lhelpers.exercises import ExerciseCheckFailed
-from d2lhelpers.exercises.positional_encoding import _shift_matrix as shift_matrix_reference
+from d2lhelpers.exercises.checks_positional_encoding import _shift_matrix as shift_matrix_reference
 
 # ---------------------------------------------------------------------------------------------
 # Notebook 01
@@ -651,7 +651,7 @@ def test_references_agree_with_the_package_and_the_definitions():
 
 def test_reference_of_the_relative_bias_is_the_definition():
     # entry by entry: score[i, j] = q_i . k_j / sqrt(d) + bias[clip(j - i) + max_distance]
-    from d2lhelpers.exercises.positional_encoding import (_ReferenceRelativeAttention,
+    from d2lhelpers.exercises.checks_positional_encoding import (_ReferenceRelativeAttention,
                                                           _relative_self_attention)
 
     torch.manual_seed(0)

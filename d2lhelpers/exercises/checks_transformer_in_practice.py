@@ -1,4 +1,4 @@
-"""The checks of notebook 07_transformer_in_practice's coding exercises."""
+"""The checks of notebook 09_transformer_in_practice's coding exercises."""
 
 from __future__ import annotations
 
