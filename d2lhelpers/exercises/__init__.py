@@ -40,7 +40,8 @@ from .checks_multihead_attention import (check_per_head_weights, check_to_torch_
                                          check_packed_self_attention)
 from .checks_positional_encoding import (check_sinusoidal_table, check_shift_matrix,
                                          check_relative_self_attention)
-from .checks_transformer import check_cached_block_step, check_causal_additive_mask, check_layer_norm
+from .checks_transformer import (check_cached_block_step, check_causal_additive_mask,
+                                 check_layer_norm)
 from .checks_translation import check_cached_greedy_decode, check_translation_log_prob
 from .checks_bahdanau_attention import check_gru_cell, check_luong_step
 from .checks_transformer_in_practice import check_real_token_smoothing, check_advance_beams

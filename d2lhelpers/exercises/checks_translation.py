@@ -1,4 +1,5 @@
-"""The checks of notebook 07_translation's coding exercises."""
+"""The checks of notebook 07_translation's coding exercises: greedy decoding with the cache, and the
+log-probability of given translations."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 
 from ..decoding import greedy_decode, sequence_log_prob
 from ..transformer import Transformer
-from .cases import case_label, randint, random_module, seeded_generator
+from .cases import case_label, randint, random_lengths, seeded_generator, seeded_module
 from .runner import run_check
 
 __all__ = ["check_cached_greedy_decode", "check_translation_log_prob"]
@@ -17,10 +18,8 @@ __all__ = ["check_cached_greedy_decode", "check_translation_log_prob"]
 def _random_translator(generator, norm_first: bool) -> Transformer:
     """A small Transformer with seeded weights whose outputs depend on its inputs (LayerNorms and
     the output bias as after initialisation, so that no bias drowns the tokens' differences)."""
-    with torch.random.fork_rng(devices=[]):  # the constructor draws from the global stream
-        model = random_module(Transformer(11, 13, d_model=8, num_heads=2, ffn_hidden=16,
-                                          num_layers=2, dropout=0.0, norm_first=norm_first),
-                              generator)
+    model = seeded_module(generator, Transformer, 11, 13, d_model=8, num_heads=2, ffn_hidden=16,
+                          num_layers=2, dropout=0.0, norm_first=norm_first)
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, torch.nn.LayerNorm):
@@ -30,6 +29,11 @@ def _random_translator(generator, norm_first: bool) -> Transformer:
     return model
 
 
+def _random_source(generator, B: int, T_src: int):
+    """Source sentences (B, T_src) of tokens 3 .. 10, and their valid lengths (B,)."""
+    return randint(generator, 3, 10, (B, T_src)), random_lengths(generator, B, T_src)
+
+
 def _finishing_case(generator, B: int, max_len: int, norm_first: bool, bos: int, V_tgt: int):
     """A model, a batch and an <eos> such that sentence 0 produces <eos> first and, left to
     itself, something else right after (so that a finished sentence must be made to repeat
@@ -37,8 +41,7 @@ def _finishing_case(generator, B: int, max_len: int, norm_first: bool, bos: int,
     for _ in range(50):
         model = _random_translator(generator, norm_first)
         T_src = int(randint(generator, 2, 6))
-        src = randint(generator, 3, 10, (B, T_src))
-        src_valid_len = randint(generator, 1, T_src, (B,))
+        src, src_valid_len = _random_source(generator, B, T_src)
         free = greedy_decode(model, src, src_valid_len, bos, V_tgt, max(max_len, 2))  # no <eos>
         eos = int(free[0, 0])
         if free[0, 1] != eos and (B == 1 or bool((free[1:, 0] != eos).any())):
@@ -65,7 +68,7 @@ def check_cached_greedy_decode(fn: Callable, seed: int = 0, hint: int = 1) -> No
                                                              bos, V_tgt)
         else:
             model = _random_translator(generator, norm_first)
-            src, src_valid_len = randint(generator, 3, 10, (B, 5)), randint(generator, 1, 5, (B,))
+            src, src_valid_len = _random_source(generator, B, 5)
             eos = V_tgt  # one past the vocabulary: the model can never produce it
         label = (f"B={B}, src {tuple(src.shape)}, src_valid_len={src_valid_len.tolist()}, bos={bos}, "
                  f"eos={eos}, max_len={max_len}")
@@ -94,7 +97,7 @@ def check_translation_log_prob(fn: Callable, seed: int = 0, hint: int = 1) -> No
                                        ("pre-norm", 3, 5, True),
                                        ("", 5, 7, bool(randint(generator, 0, 1)))]:
         model = _random_translator(generator, norm_first)
-        src, src_valid_len = randint(generator, 3, 10, (B, 5)), randint(generator, 1, 5, (B,))
+        src, src_valid_len = _random_source(generator, B, 5)
         tokens = randint(generator, 3, 12, (B, T_out))
         for row in range(1, B):  # row 0 never ends; the others end somewhere, padded after <eos>
             end = int(randint(generator, 0, T_out - 1))
