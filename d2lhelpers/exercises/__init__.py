@@ -22,25 +22,31 @@ shows the full hint instead of the first nudge. The hidden tests of the source n
 patched can reach.
 
 Three concerns, three places: :mod:`.runner` runs a check and words its failures; :mod:`.cases`
-draws the inputs; one module per notebook holds that notebook's checks. Student copies and
-nbgrader metadata are written by a separate package, ``exercise_authoring``, which needs no torch.
+draws the inputs (and holds what several checks share to build them); one module per notebook,
+``checks_<topic>`` (e.g. :mod:`.checks_attention_scoring` for notebook 03_attention_scoring),
+holds that notebook's checks and what is specific to its exercises. The prefix keeps them apart
+from the package's modules of the same topic (``d2lhelpers.transformer`` holds the Transformer,
+``d2lhelpers.exercises.checks_transformer`` the checks of notebook 06_transformer). Student copies
+and nbgrader metadata are written by a separate package, ``exercise_authoring``, which needs no
+torch.
 """
 
 from __future__ import annotations
 
-from .queries_keys_values import check_self_attention, check_max_weights
-from .nadaraya_watson import check_laplace_pooling, check_loo_error
-from .attention_scoring import check_multiplicative_scores, check_causal_lens
-from .multihead_attention import (check_per_head_weights, check_to_torch_multihead,
-                                  check_packed_self_attention)
-from .positional_encoding import (check_sinusoidal_table, check_shift_matrix,
-                                  check_relative_self_attention)
-from .transformer import check_cached_block_step, check_causal_additive_mask, check_layer_norm
-from .translation import check_cached_greedy_decode, check_translation_log_prob
-from .transformer_in_practice import check_real_token_smoothing, check_advance_beams
-from .bahdanau_attention import check_gru_cell, check_luong_step
-from .beyond_2017 import (check_cached_gqa_self_attention, check_online_softmax_update,
-                          check_rotary_at_positions, check_top_p_probs)
+from .checks_queries_keys_values import check_self_attention, check_max_weights
+from .checks_nadaraya_watson import check_laplace_pooling, check_loo_error
+from .checks_attention_scoring import check_multiplicative_scores, check_causal_lens
+from .checks_multihead_attention import (check_per_head_weights, check_to_torch_multihead,
+                                         check_packed_self_attention)
+from .checks_positional_encoding import (check_sinusoidal_table, check_shift_matrix,
+                                         check_relative_self_attention)
+from .checks_transformer import (check_cached_block_step, check_causal_additive_mask,
+                                 check_layer_norm)
+from .checks_translation import check_cached_greedy_decode, check_translation_log_prob
+from .checks_bahdanau_attention import check_gru_cell, check_luong_step
+from .checks_transformer_in_practice import check_real_token_smoothing, check_advance_beams
+from .checks_beyond_2017 import (check_cached_gqa_self_attention, check_online_softmax_update,
+                                 check_rotary_at_positions, check_top_p_probs)
 from .runner import ExerciseCheckFailed, run_check
 
 __all__ = [

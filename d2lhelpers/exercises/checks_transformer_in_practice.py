@@ -1,4 +1,5 @@
-"""The checks of notebook 07_transformer_in_practice's coding exercises."""
+"""The checks of notebook 09_transformer_in_practice's coding exercises: label smoothing over the
+real tokens only, and one step of beam search."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Callable
 import torch
 
 from ..decoding import Beams, advance_beams
-from .cases import seeded_generator, randn, randint, random_sizes, case_label
+from .cases import labelled, randint, randn, random_lengths, random_sizes, seeded_generator
 from .runner import run_check
 
 __all__ = ['check_real_token_smoothing', 'check_advance_beams']
@@ -37,7 +38,7 @@ def check_real_token_smoothing(fn: Callable, seed: int = 0, hint: int = 1) -> No
         real[:num_special] = False  # tokens 0 .. num_special - 1 play <pad>, <bos>
         targets = randint(generator, num_special, V - 1, (B, T))  # valid targets are real tokens
         if valid_lens is None:
-            valid_lens = randint(generator, 1, T, (B,))
+            valid_lens = random_lengths(generator, B, T)
             valid_lens[0] = T
         targets[torch.arange(T)[None, :] >= valid_lens[:, None]] = 0  # <pad> in the padding
         return logits, targets, valid_lens, eps, real
@@ -60,9 +61,9 @@ def check_real_token_smoothing(fn: Callable, seed: int = 0, hint: int = 1) -> No
     fixed.append(("NaN logits in the padding", (garbage, targets, valid_lens, 0.1, real)))
     random = [("", case(s["B"], s["T"], s["V"], 0.2, num_special=3))
               for s in random_sizes(generator, 2, B=(1, 4), T=(2, 7), V=(5, 20))]
-    cases = [(case_label(what, f"logits {tuple(args[0].shape)}, valid_lens {args[2].tolist()}, "
-                           f"eps={args[3]:g}, {int(args[4].sum())} real tokens of {len(args[4])}"), args)
-             for what, args in fixed + random]
+    cases = labelled(fixed + random, lambda logits, targets, valid_lens, eps, real: (
+        f"logits {tuple(logits.shape)}, valid_lens {valid_lens.tolist()}, eps={eps:g}, "
+        f"{int(real.sum())} real tokens of {len(real)}"))
     run_check("real_token_smoothing", fn, cases, reference=_real_token_smoothing,
               hints=("Read the input your function failed on: a huge logit, -inf logits, NaN in "
                      "the padding? Each one trips a different step of the computation.",
@@ -133,9 +134,11 @@ def check_advance_beams(fn: Callable, seed: int = 0, hint: int = 1) -> None:
                                                eos, alpha)
         return (*beams, parents, tokens)
 
-    cases = [(case_label(what, f"B={args[3].shape[0]}, k={args[3].shape[1]}, V={args[3].shape[2]}, "
-                               f"eos={args[4]}, alpha={args[5]}"), args)
-             for what, args in fixed + random]
+    def details(log_probs, lengths, finished, step_log_probs, eos, alpha):
+        B, k, V = step_log_probs.shape
+        return f"B={B}, k={k}, V={V}, eos={eos}, alpha={alpha}"
+
+    cases = labelled(fixed + random, details)
     run_check("advance_beams", fn, cases, reference=reference,
               hints=("A candidate's total adds its beam's log-probability to its token's; a finished "
                      "beam has a single candidate, itself. Rank all k * V candidates of a sentence "

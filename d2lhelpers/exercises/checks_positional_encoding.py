@@ -1,4 +1,5 @@
-"""The checks of notebook 05_self_attention_positional_encoding's coding exercises."""
+"""The checks of notebook 05_self_attention_positional_encoding's coding exercises: the sinusoidal
+table for any width, the shift matrix M_delta, and self-attention with learned relative biases."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from torch import nn
 
 from ..attention import masked_softmax
 from ..positional import PositionalEncoding
-from .cases import seeded_generator, randn, randint, random_sizes, size_text, case_label, random_lengths
+from .cases import (MASK_KINDS, case_label, labelled, randn, random_choice, random_sizes,
+                    seeded_generator, size_text, valid_lens_case)
 from .runner import run_check
 
 __all__ = ['check_sinusoidal_table', 'check_shift_matrix', 'check_relative_self_attention']
@@ -21,11 +23,11 @@ def check_sinusoidal_table(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     P[i, 2j] = sin(i / 10000^(2j/d)), P[i, 2j+1] = cos(i / 10000^(2j/d))."""
 
     generator = seeded_generator(seed)
-    fixed = [("the notebook's sizes", 60, 32), ("a single position", 1, 4),
-             ("an odd width", 10, 7), ("d = 1", 5, 1), ("one column pair", 3, 2)]
-    random = [("", s["max_len"], s["d"]) for s in random_sizes(generator, 2, max_len=(1, 80), d=(1, 40))]
-    cases = [(case_label(what, f"max_len={max_len}, d={d}"), (max_len, d))
-             for what, max_len, d in fixed + random]
+    fixed = [("the notebook's sizes", (60, 32)), ("a single position", (1, 4)),
+             ("an odd width", (10, 7)), ("d = 1", (5, 1)), ("one column pair", (3, 2))]
+    random = [("", (s["max_len"], s["d"]))
+              for s in random_sizes(generator, 2, max_len=(1, 80), d=(1, 40))]
+    cases = labelled(fixed + random, lambda max_len, d: f"max_len={max_len}, d={d}")
     run_check("sinusoidal_table", fn, cases,
               reference=lambda max_len, d: PositionalEncoding(d, max_len=max_len).P[0],
               hints=("Compare your table with the formula column by column: which columns hold "
@@ -51,12 +53,11 @@ def check_shift_matrix(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     """fn(delta, d) -> M_delta (d, d) for an even width d: the block-diagonal matrix of the 2x2
     rotations by delta * omega_j that maps every row p_i of the sinusoidal table to p_{i+delta}."""
     generator = seeded_generator(seed)
-    fixed = [("", 1, 4), ("delta = 0: the identity", 0, 6), ("a negative offset", -3, 8),
-             ("the notebook's width", 25, 32), ("one column pair", 2, 2)]
-    random = [("", s["delta"], 2 * s["half_d"])
+    fixed = [("", (1, 4)), ("delta = 0: the identity", (0, 6)), ("a negative offset", (-3, 8)),
+             ("the notebook's width", (25, 32)), ("one column pair", (2, 2))]
+    random = [("", (s["delta"], 2 * s["half_d"]))
               for s in random_sizes(generator, 2, delta=(-20, 20), half_d=(1, 12))]
-    cases = [(case_label(what, f"delta={delta}, d={d}"), (delta, d))
-             for what, delta, d in fixed + random]
+    cases = labelled(fixed + random, lambda delta, d: f"delta={delta}, d={d}")
     # float32 reference: a float32 answer is as right as a float64 one
     run_check("shift_matrix", fn, cases, reference=lambda delta, d: _shift_matrix(delta, d).float(),
               hints=("M_delta is block diagonal: one 2x2 rotation per pair of columns, each by "
@@ -104,25 +105,15 @@ def check_relative_self_attention(cls: type, seed: int = 0, hint: int = 1) -> No
              ("a single token", dict(d_model=4, max_distance=2, B=1, T=1), None),
              ("a causal mask", dict(d_model=8, max_distance=3, B=2, T=5), "causal"),
              ("", dict(d_model=4, max_distance=2, B=2, T=3), "zero")]
-    kinds = (None, "per sequence", "per query")
-    for s in random_sizes(generator, 2, d_model=(1, 8), max_distance=(0, 4), B=(1, 3), T=(1, 8)):
-        fixed.append(("", s, kinds[int(randint(generator, 0, 2))]))
+    random = [("", s, random_choice(generator, MASK_KINDS)) for s in
+              random_sizes(generator, 2, d_model=(1, 8), max_distance=(0, 4), B=(1, 3), T=(1, 8))]
     cases = []
-    for what, s, lengths in fixed:
+    for what, s, kind in fixed + random:
         parameters = {name: randn(generator, s["d_model"], s["d_model"]) / math.sqrt(s["d_model"])
                       for name in ("W_q", "W_k", "W_v")}
         parameters["relative_bias"] = 2 * randn(generator, 2 * s["max_distance"] + 1)
         X = randn(generator, s["B"], s["T"], s["d_model"])
-        if lengths == "causal":
-            valid_lens = torch.arange(1, s["T"] + 1).expand(s["B"], -1)
-        elif lengths is not None:
-            valid_lens = random_lengths(generator, {"B": s["B"], "T_q": s["T"], "T_k": s["T"]},
-                                        per_query=lengths == "per query", zero=lengths == "zero")
-        else:
-            valid_lens = None
-        mask = {None: "no valid_lens", "per sequence": "valid_lens (B,)",
-                "per query": "valid_lens (B, T)", "causal": "valid_lens (B, T) = 1..T",
-                "zero": "a sequence with valid length 0"}[lengths]
+        valid_lens, mask = valid_lens_case(generator, kind, s["B"], s["T"])
         cases.append((case_label(what, f"{size_text(s)}, {mask}"),
                       (s["d_model"], s["max_distance"], parameters, X, valid_lens)))
 

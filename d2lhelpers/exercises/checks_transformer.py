@@ -1,4 +1,6 @@
-"""The checks of notebook 06_transformer's coding exercises."""
+"""The checks of notebook 06_transformer's coding exercises: layer normalisation, the additive
+causal mask, and a decoder block's cached step. (The Transformer itself is in
+d2lhelpers.transformer.)"""
 
 from __future__ import annotations
 
@@ -6,9 +8,9 @@ from collections.abc import Callable
 
 import torch
 
-from ..attention import KVCache
 from ..transformer import DecoderBlock
-from .cases import case_label, randint, randn, random_module, random_sizes, seeded_generator
+from .cases import (case_label, feed_in_chunks, labelled, randint, randn, random_sizes,
+                    seeded_generator, seeded_module)
 from .runner import run_check
 
 __all__ = ['check_layer_norm', 'check_causal_additive_mask', 'check_cached_block_step']
@@ -19,18 +21,16 @@ def check_layer_norm(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     (X - mean) / sqrt(var + eps), with the biased variance (dividing by d_model) and no learned
     scale or shift. X has any shape (..., d_model); the result has X's shape and dtype."""
     generator = seeded_generator(seed)
-    fixed = [("the worked example [[1, 2], [2, 3]]", torch.tensor([[1.0, 2.0], [2.0, 3.0]]), 1e-5),
+    fixed = [("the worked example [[1, 2], [2, 3]]",
+              (torch.tensor([[1.0, 2.0], [2.0, 3.0]]), 1e-5)),
              ("a constant row and a nearly constant one (eps matters)",
-              torch.tensor([[4.0, 4.0, 4.0], [0.001, 0.0, -0.001]]), 1e-5),
-             ("a large eps", randn(generator, 3, 4), 1.0),
-             ("3-D input (B, T, d_model)", randn(generator, 2, 3, 5), 1e-5),
-             ("float64", randn(generator, 4, 6, dtype=torch.float64), 1e-5)]
-    random = []
-    for s in random_sizes(generator, 2, B=(1, 3), T=(1, 5), d_model=(2, 16)):
-        X = 3 * randn(generator, s["B"], s["T"], s["d_model"]) + 2  # not already centred
-        random.append(("", X, 1e-5))
-    cases = [(case_label(what, f"X {tuple(X.shape)}, eps={eps:g}"), (X, eps))
-             for what, X, eps in fixed + random]
+              (torch.tensor([[4.0, 4.0, 4.0], [0.001, 0.0, -0.001]]), 1e-5)),
+             ("a large eps", (randn(generator, 3, 4), 1.0)),
+             ("3-D input (B, T, d_model)", (randn(generator, 2, 3, 5), 1e-5)),
+             ("float64", (randn(generator, 4, 6, dtype=torch.float64), 1e-5))]
+    random = [("", (3 * randn(generator, s["B"], s["T"], s["d_model"]) + 2, 1e-5))  # not centred
+              for s in random_sizes(generator, 2, B=(1, 3), T=(1, 5), d_model=(2, 16))]
+    cases = labelled(fixed + random, lambda X, eps: f"X {tuple(X.shape)}, eps={eps:g}")
     run_check("layer_norm", fn, cases,
               reference=lambda X, eps: torch.nn.functional.layer_norm(X, X.shape[-1:], eps=eps),
               hints=("Normalise each vector along its last axis. Which variance is it (divided by "
@@ -45,9 +45,9 @@ def check_causal_additive_mask(fn: Callable, seed: int = 0, hint: int = 1) -> No
     """fn(T) -> the additive causal mask M (T, T), float: 0 on and below the diagonal, -inf above
     it, so that softmax(Q K^T / sqrt(d) + M) lets query i see keys 0 .. i only."""
     generator = seeded_generator(seed)
-    sizes = [("a single position", 1), ("", 2), ("", 5)]
-    sizes += [("", s["T"]) for s in random_sizes(generator, 2, T=(3, 12))]
-    cases = [(case_label(what, f"T={T}"), (T,)) for what, T in sizes]
+    sizes = [("a single position", (1,)), ("", (2,)), ("", (5,))]
+    sizes += [("", (s["T"],)) for s in random_sizes(generator, 2, T=(3, 12))]
+    cases = labelled(sizes, lambda T: f"T={T}")
 
     def as_float_mask(M, T):  # compared as it is: -inf must stay -inf, 0 stay 0
         if not isinstance(M, torch.Tensor) or not M.is_floating_point():
@@ -68,23 +68,17 @@ def check_causal_additive_mask(fn: Callable, seed: int = 0, hint: int = 1) -> No
               hint=hint)
 
 
-def _run_steps(step, block, X, chunk_sizes, enc_outputs, enc_valid_lens):
-    """Feed X (B, T, d_model) to ``step`` in chunks of the given sizes, with one KVCache; return
-    the outputs of every step, concatenated: (B, T, d_model). A step that does not keep the cache
-    right gives wrong outputs at the steps after it."""
-    cross = block.cross_attention
-    enc_keys = cross.split_heads(cross.W_k(enc_outputs))  # (B, h, T_src, d_k), projected once
-    enc_values = cross.split_heads(cross.W_v(enc_outputs))
-    cache, outputs, start = KVCache(), [], 0
-    for size in chunk_sizes:
-        outputs.append(step(block, X[:, start:start + size], cache, enc_keys, enc_values,
-                            enc_valid_lens))
-        start += size
-    return torch.cat(outputs, dim=1)
+def _outputs_in_chunks(step, block, X, chunk_sizes, enc_outputs, src_valid_lens):
+    """The outputs (B, T, d_model) of ``step(block, x, cache, enc, src_valid_lens)`` fed X in
+    chunks of the given sizes (see :func:`.cases.feed_in_chunks`); ``enc`` is a KVCache holding
+    the encoder outputs projected once by the block's encoder-decoder attention."""
+    enc = block.cross_attention.project_keys_values(enc_outputs, enc_outputs)  # (B, h, T_src, d_k)
+    return feed_in_chunks(lambda x, cache: step(block, x, cache, enc, src_valid_lens), X,
+                          chunk_sizes)[0]
 
 
 def check_cached_block_step(fn: Callable, seed: int = 0, hint: int = 1) -> None:
-    """fn(block, x, cache, enc_keys, enc_values, enc_valid_lens) -> the outputs (B, T_new, d_model)
+    """fn(block, x, cache, enc_keys, enc_values, src_valid_lens) -> the outputs (B, T_new, d_model)
     of a decoder block (post-norm or pre-norm) on new positions x, which it appends to ``cache``
     (a KVCache) before attending causally to all of it, then to the encoder's projected keys and
     values (B, h, T_src, d_k). Checked over several steps against ``DecoderBlock.step``."""
@@ -97,22 +91,24 @@ def check_cached_block_step(fn: Callable, seed: int = 0, hint: int = 1) -> None:
               for s in random_sizes(generator, 2, first=(1, 4), second=(1, 3))]
     cases = []
     for what, norm_first, chunks, heads in fixed + random:
-        with torch.random.fork_rng(devices=[]):  # the constructor draws from the global stream
-            block = random_module(DecoderBlock(8, heads, 16, dropout=0.0, norm_first=norm_first),
-                                  generator)
+        block = seeded_module(generator, DecoderBlock, 8, heads, 16, dropout=0.0,
+                              norm_first=norm_first)
         B, T_src = 2, int(randint(generator, 2, 6))
         X, enc_outputs = randn(generator, B, sum(chunks), 8), randn(generator, B, T_src, 8)
-        enc_valid_lens = torch.tensor([T_src, int(randint(generator, 1, T_src))])
+        src_valid_lens = torch.tensor([T_src, int(randint(generator, 1, T_src))])
         label = (f"{'pre' if norm_first else 'post'}-norm block, d_model=8, h={heads}, steps of "
-                 f"{list(chunks)} positions, T_src={T_src}, enc_valid_lens={enc_valid_lens.tolist()}")
-        cases.append((case_label(what, label), (block, X, chunks, enc_outputs, enc_valid_lens)))
+                 f"{list(chunks)} positions, T_src={T_src}, src_valid_lens={src_valid_lens.tolist()}")
+        cases.append((case_label(what, label), (block, X, chunks, enc_outputs, src_valid_lens)))
 
-    def reference_step(block, x, cache, enc_keys, enc_values, enc_valid_lens):
-        return block.step(x, cache, KVCache(enc_keys, enc_values), enc_valid_lens)
+    def learner_step(block, x, cache, enc, src_valid_lens):  # the exercise's signature
+        return fn(block, x, cache, enc.keys, enc.values, src_valid_lens)
+
+    def reference_step(block, x, cache, enc, src_valid_lens):
+        return block.step(x, cache, enc, src_valid_lens)
 
     with torch.no_grad():
-        run_check("cached_block_step", lambda *args: _run_steps(fn, *args), cases,
-                  reference=lambda *args: _run_steps(reference_step, *args),
+        run_check("cached_block_step", lambda *args: _outputs_in_chunks(learner_step, *args), cases,
+                  reference=lambda *args: _outputs_in_chunks(reference_step, *args),
                   hints=("Which sublayer's input is normalised in pre-norm, and what does post-norm "
                          "normalise instead? Which positions may the i-th new position see, counting "
                          "those cached at earlier steps?",

@@ -1,4 +1,5 @@
-"""The checks of notebook 02_nadaraya_watson's coding exercises."""
+"""The checks of notebook 02_nadaraya_watson's coding exercises: pooling with a Laplace kernel, and
+the leave-one-out error of Gaussian kernel regression."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-from .cases import seeded_generator, randn, random_sizes, case_label
+from .cases import labelled, randn, random_floats, random_sizes, seeded_generator
 from .runner import run_check
 
 __all__ = ['check_laplace_pooling', 'check_loo_error']
@@ -26,15 +27,14 @@ def check_laplace_pooling(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     fixed = [("", 5, 7, 1.0, torch.float32), ("a single query", 1, 3, 0.1, torch.float32),
              ("a single key", 4, 1, 2.0, torch.float32), ("no queries", 0, 3, 1.0, torch.float32),
              ("float64", 6, 5, 0.5, torch.float64)]
-    widths = (0.2 + 2 * torch.rand(2, generator=generator)).tolist()
+    widths = random_floats(generator, 2, low=0.2, scale=2)
     random = [("", s["n_q"], s["n_k"], w, torch.float32)
               for s, w in zip(random_sizes(generator, 2, n_q=(1, 8), n_k=(1, 8)), widths)]
-    cases = []
-    for what, n_q, n_k, width, dtype in fixed + random:
-        queries = 5 * torch.rand(n_q, generator=generator, dtype=dtype)
-        keys, values = _regression_data(generator, n_k, dtype)
-        cases.append((case_label(what, f"{n_q} queries, {n_k} keys, width {width:.2f}"),
-                      (queries, keys, values, width)))
+    entries = [(what, (5 * torch.rand(n_q, generator=generator, dtype=dtype),
+                       *_regression_data(generator, n_k, dtype), width))
+               for what, n_q, n_k, width, dtype in fixed + random]
+    cases = labelled(entries, lambda queries, keys, values, width:
+                     f"{len(queries)} queries, {len(keys)} keys, width {width:.2f}")
 
     def reference(queries, keys, values, width):
         # (n_q, 1) - (1, n_k) -> (n_q, n_k): softmax over the keys is exp(-|.|/w) normalised
@@ -57,13 +57,12 @@ def check_loo_error(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     fixed = [("two points, each predicted by the other", 2, 1.0, torch.float32),
              ("", 5, 1.0, torch.float32), ("a narrow kernel", 20, 0.2, torch.float32),
              ("a wide kernel, float64", 12, 3.0, torch.float64)]
-    widths = (0.2 + 2 * torch.rand(2, generator=generator)).tolist()
+    widths = random_floats(generator, 2, low=0.2, scale=2)
     random = [("", s["n"], w, torch.float32)
               for s, w in zip(random_sizes(generator, 2, n=(3, 30)), widths)]
-    cases = []
-    for what, n, width, dtype in fixed + random:
-        x, y = _regression_data(generator, n, dtype)
-        cases.append((case_label(what, f"{n} points, width {width:.2f}"), (x, y, width)))
+    entries = [(what, (*_regression_data(generator, n, dtype), width))
+               for what, n, width, dtype in fixed + random]
+    cases = labelled(entries, lambda x, y, width: f"{len(x)} points, width {width:.2f}")
 
     def reference(x, y, width):
         scores = -((x[:, None] - x[None, :]) / width) ** 2 / 2  # (n, n): query i, key j

@@ -1,46 +1,44 @@
-"""The checks of notebook 04_multihead_attention's coding exercises."""
+"""The checks of notebook 04_multihead_attention's coding exercises: every head's weights, the layer
+as torch.nn.MultiheadAttention, and self-attention with one packed projection."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import torch
-from torch import nn
 
 from ..attention import MultiHeadAttention
-from .cases import seeded_generator, randn, randint, random_sizes, size_text, case_label, random_module, random_lengths
+from .cases import (MASK_KINDS, case_label, load_linear_weights, randn, random_choice,
+                    random_head_sizes, seeded_generator, seeded_module, size_text, valid_lens_case)
 from .runner import run_check
 
 __all__ = ['check_per_head_weights', 'check_to_torch_multihead', 'check_packed_self_attention']
 
 
-def _multihead_cases(generator, fixed: list[tuple[str, dict, str | None]], count: int,
-                     bias: bool = False, masks: bool = True) -> list[tuple[str, tuple]]:
-    """(description, (mha, queries, keys, valid_lens)) cases for a random d2lh.MultiHeadAttention.
+def _attention_cases(generator, fixed: list[tuple[str, dict, str | None]], count: int,
+                     kinds=MASK_KINDS, bias: bool = False) -> list[tuple[str, tuple]]:
+    """(description, (mha, *inputs, valid_lens)) cases for a random d2lh.MultiHeadAttention.
 
-    fixed: (what, sizes, lengths) with sizes d_model, h, B, T_q, T_k and lengths None, "per
-    sequence", "per query" or "zero" (sequence 0 has no valid key); ``count`` random ones follow
-    (without lengths unless ``masks``).
+    fixed: (what, sizes, kind) with sizes d_model, h, B and either T_q, T_k (inputs: queries
+    (B, T_q, d_model) and keys (B, T_k, d_model)) or T (self-attention, input: X (B, T, d_model));
+    kind: a kind of valid lengths (see :func:`.cases.valid_lens_case`). ``count`` random cases
+    follow, each with a kind drawn from ``kinds``.
     """
-
-    kinds = (None, "per sequence", "per query") if masks else (None,)
-    fixed = list(fixed)
-    for s in random_sizes(generator, count, d_k=(1, 4), h=(1, 4), B=(1, 3), T_q=(1, 5), T_k=(1, 5)):
-        d_model = s.pop("d_k") * s["h"]
-        kind = kinds[int(randint(generator, 0, len(kinds) - 1))]
-        fixed.append(("", {"d_model": d_model, **s}, kind))
+    self_attention = "T" in fixed[0][1]
+    lengths = dict(T=(1, 6)) if self_attention else dict(T_q=(1, 5), T_k=(1, 5))
+    random = [("", s, random_choice(generator, kinds)) for s in
+              random_head_sizes(generator, count, d_k=(1, 4), h=(1, 4), B=(1, 3), **lengths)]
     cases = []
-    for what, s, lengths in fixed:
-        with torch.random.fork_rng(devices=[]):  # the constructor draws from the global stream
-            mha = random_module(MultiHeadAttention(s["d_model"], s["h"], bias=bias), generator)
-        queries = randn(generator, s["B"], s["T_q"], s["d_model"])
-        keys = randn(generator, s["B"], s["T_k"], s["d_model"])
-        valid_lens = None if lengths is None else random_lengths(
-            generator, s, per_query=lengths == "per query", zero=lengths == "zero")
-        mask = {None: "no valid_lens", "per sequence": "valid_lens (B,)",
-                "per query": "valid_lens (B, T_q)",
-                "zero": "a sequence with valid length 0"}[lengths]
-        cases.append((case_label(what, f"{size_text(s)}, {mask}"), (mha, queries, keys, valid_lens)))
+    for what, s, kind in list(fixed) + random:
+        mha = seeded_module(generator, MultiHeadAttention, s["d_model"], s["h"], bias=bias)
+        if self_attention:
+            inputs = (randn(generator, s["B"], s["T"], s["d_model"]),)  # X
+            valid_lens, mask = valid_lens_case(generator, kind, s["B"], s["T"])
+        else:
+            inputs = (randn(generator, s["B"], s["T_q"], s["d_model"]),  # queries
+                      randn(generator, s["B"], s["T_k"], s["d_model"]))  # keys
+            valid_lens, mask = valid_lens_case(generator, kind, s["B"], s["T_q"], s["T_k"])
+        cases.append((case_label(what, f"{size_text(s)}, {mask}"), (mha, *inputs, valid_lens)))
     return cases
 
 
@@ -54,7 +52,7 @@ def check_per_head_weights(fn: Callable, seed: int = 0, hint: int = 1) -> None:
              ("a single query", dict(d_model=8, h=4, B=3, T_q=1, T_k=6), "per sequence"),
              ("", dict(d_model=6, h=2, B=2, T_q=4, T_k=4), "per query"),
              ("", dict(d_model=8, h=2, B=2, T_q=2, T_k=3), "zero")]
-    cases = _multihead_cases(generator, fixed, count=2)
+    cases = _attention_cases(generator, fixed, count=2)
 
     def reference(mha, queries, keys, valid_lens):
         with torch.no_grad():
@@ -81,7 +79,7 @@ def check_to_torch_multihead(fn: Callable, seed: int = 0, hint: int = 1) -> None
              ("a single key", dict(d_model=12, h=3, B=1, T_q=4, T_k=1), None)]
     cases = []
     for bias in (True, False):
-        for what, args in _multihead_cases(generator, fixed, 1, bias, masks=False):
+        for what, args in _attention_cases(generator, fixed, 1, kinds=(None,), bias=bias):
             mha, queries, keys, _ = args
             values = keys.flip(1)  # values that differ from the keys
             cases.append((f"bias={bias}, {what}", (mha, queries, keys, values)))
@@ -106,39 +104,6 @@ def check_to_torch_multihead(fn: Callable, seed: int = 0, hint: int = 1) -> None
               hint=hint)
 
 
-def _self_attention_cases(generator) -> list[tuple[str, tuple]]:
-    """(description, (mha, X, valid_lens)) for self-attention: a random d2lh.MultiHeadAttention
-    (whose weights the learner's module receives), inputs X (B, T, d_model) and valid lengths."""
-    fixed = [("", dict(d_model=8, h=2, B=2, T=5), None),
-             ("", dict(d_model=12, h=3, B=2, T=4), "per sequence"),
-             ("a causal mask", dict(d_model=8, h=4, B=2, T=5), "causal"),
-             ("a single head", dict(d_model=6, h=1, B=3, T=4), "per sequence"),
-             ("a single token", dict(d_model=8, h=2, B=2, T=1), None),
-             ("", dict(d_model=8, h=2, B=2, T=3), "zero")]
-    kinds = (None, "per sequence", "per query")
-    for s in random_sizes(generator, 2, d_k=(1, 4), h=(1, 4), B=(1, 3), T=(1, 6)):
-        d_model = s.pop("d_k") * s["h"]
-        fixed.append(("", {"d_model": d_model, **s}, kinds[int(randint(generator, 0, 2))]))
-    cases = []
-    for what, s, lengths in fixed:
-        with torch.random.fork_rng(devices=[]):  # the constructor draws from the global stream
-            mha = random_module(MultiHeadAttention(s["d_model"], s["h"]), generator)
-        X = randn(generator, s["B"], s["T"], s["d_model"])
-        sizes = {"B": s["B"], "T_q": s["T"], "T_k": s["T"]}
-        if lengths == "causal":
-            valid_lens = torch.arange(1, s["T"] + 1).expand(s["B"], -1)
-        elif lengths is not None:
-            valid_lens = random_lengths(generator, sizes, per_query=lengths == "per query",
-                                        zero=lengths == "zero")
-        else:
-            valid_lens = None
-        mask = {None: "no valid_lens", "per sequence": "valid_lens (B,)",
-                "per query": "valid_lens (B, T)", "causal": "valid_lens (B, T) = 1..T",
-                "zero": "a sequence with valid length 0"}[lengths]
-        cases.append((case_label(what, f"{size_text(s)}, {mask}"), (mha, X, valid_lens)))
-    return cases
-
-
 def check_packed_self_attention(cls: type, seed: int = 0, hint: int = 1) -> None:
     """cls(d_model, num_heads): multi-head self-attention with one packed projection
     ``W_qkv = nn.Linear(d_model, 3 * d_model, bias=False)`` (output features: queries, then keys,
@@ -146,19 +111,20 @@ def check_packed_self_attention(cls: type, seed: int = 0, hint: int = 1) -> None
     with X (B, T, d_model) and valid_lens None, (B,) or (B, T) returns (B, T, d_model) and keeps
     the weights of every head in ``.attention_weights`` (B, h, T, T). Compared, outputs and
     weights, with d2lh.MultiHeadAttention holding the same weights."""
-    cases = _self_attention_cases(seeded_generator(seed))
+    fixed = [("", dict(d_model=8, h=2, B=2, T=5), None),
+             ("", dict(d_model=12, h=3, B=2, T=4), "per sequence"),
+             ("a causal mask", dict(d_model=8, h=4, B=2, T=5), "causal"),
+             ("a single head", dict(d_model=6, h=1, B=3, T=4), "per sequence"),
+             ("a single token", dict(d_model=8, h=2, B=2, T=1), None),
+             ("", dict(d_model=8, h=2, B=2, T=3), "zero")]
+    cases = _attention_cases(seeded_generator(seed), fixed, count=2)  # (mha, X, valid_lens)
 
     def learner(mha, X, valid_lens):
         module = cls(mha.d_model, mha.num_heads)
-        for name, shape in (("W_qkv", (3 * mha.d_model, mha.d_model)),
-                            ("W_o", (mha.d_model, mha.d_model))):
-            layer = getattr(module, name, None)
-            if not isinstance(layer, nn.Linear) or tuple(layer.weight.shape) != shape:
-                raise TypeError(f"the module needs {name} = nn.Linear with weight of shape {shape}, "
-                                f"got {layer!r}")
+        load_linear_weights(module, {  # W_qkv's output features: queries, keys, values
+            "W_qkv": torch.cat([mha.W_q.weight, mha.W_k.weight, mha.W_v.weight]),
+            "W_o": mha.W_o.weight})
         with torch.no_grad():
-            module.W_qkv.weight.copy_(torch.cat([mha.W_q.weight, mha.W_k.weight, mha.W_v.weight]))
-            module.W_o.weight.copy_(mha.W_o.weight)
             output = module.eval()(X, valid_lens)
         return output, getattr(module, "attention_weights", None)
 

@@ -1,4 +1,5 @@
-"""The checks of notebook 01_queries_keys_values's coding exercises."""
+"""The checks of notebook 01_queries_keys_values's coding exercises: self-attention in NumPy, and
+the largest weight of each query under a factor on the scores."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Callable
 import torch
 
 from ..attention import DotProductAttention, masked_softmax
-from .cases import seeded_generator, randn, random_sizes
+from .cases import randn, random_floats, random_sizes, seeded_generator
 from .runner import run_check
 
 __all__ = ['check_self_attention', 'check_max_weights']
@@ -52,7 +53,7 @@ def check_max_weights(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     generator = seeded_generator(seed)
     fixed = [("c = 0", 4, 4, 2, 0.0), ("a single key", 3, 1, 2, 1.0),
              ("a single query", 1, 5, 3, 2.0), ("c = 10", 4, 6, 2, 10.0)]
-    factors = (4 * torch.rand(3, generator=generator)).tolist()
+    factors = random_floats(generator, 3, scale=4)
     random = [(f"c = {c:.2f}", s["n"], s["m"], s["d"], c)
               for s, c in zip(random_sizes(generator, 3, n=(1, 6), m=(1, 6), d=(1, 5)), factors)]
     cases = []

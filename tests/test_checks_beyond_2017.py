@@ -1,7 +1,6 @@
-"""Right and plausible wrong answers to the coding exercises of notebook 10 (beyond 2017): each
-factory returns a right answer by default, and a mistake with one flag flipped. The CHECKS table of
-tests/test_exercise_checks.py runs them through the checks. Written independently of the checks'
-references (d2lhelpers.decoder_only)."""
+"""The checks of notebook 10_beyond_2017 (d2lhelpers/exercises/checks_beyond_2017.py): right and
+plausible wrong answers (see checks_common.py), each factory right by default and a mistake with
+one flag flipped. Written independently of the checks' references (d2lhelpers.decoder_only)."""
 
 from __future__ import annotations
 
@@ -11,6 +10,8 @@ import torch
 from torch import nn
 
 import d2lhelpers as d2lh
+from checks_common import CheckTests
+from d2lhelpers.exercises import checks_beyond_2017
 
 
 def rotary_at_positions(pairing="neighbours", sign=1, exponent=2, use_positions=True):
@@ -128,3 +129,50 @@ def top_p_probs(cumulative="before", renormalise=True, descending=True, stable=T
         return out / out.sum(dim=-1, keepdim=True) if renormalise else out
 
     return probs
+
+
+CHECKS = {
+    "check_rotary_at_positions": (rotary_at_positions(), {
+        "the two halves paired instead of neighbours": (rotary_at_positions(pairing="halves"),
+                                                        "values differ"),
+        "rotated the other way": (rotary_at_positions(sign=-1), "values differ"),
+        "frequency exponent j/d": (rotary_at_positions(exponent=1), "values differ"),
+        "positions 0 .. T-1 whatever was asked": (rotary_at_positions(use_positions=False),
+                                                  "the odd positions of a cache"),
+    }),
+    "check_online_softmax_update": (online_softmax_update(), {
+        "acc not rescaled": (online_softmax_update(rescale_acc=False),
+                             "the maximum grows: what was summed must be rescaled"),
+        "l not rescaled": (online_softmax_update(rescale_l=False), "result 1 of the tuple"),
+        "-inf minus -inf: NaN for a query with no valid key": (
+            online_softmax_update(guard=False), "a query with no valid key yet"),
+        "exp of the raw scores": (online_softmax_update(subtract_max=False),
+                                  "result 1 of the tuple"),
+        "the block's maximum instead of the running one": (
+            online_softmax_update(running_max=False), "every new score below the running maximum"),
+    }),
+    "check_cached_gqa_self_attention": (cached_gqa_self_attention(), {
+        "queries not rotated": (cached_gqa_self_attention(rotate_queries=False), "values differ"),
+        "positions restart at 0 every step": (cached_gqa_self_attention(offset=False),
+                                              "one position per step"),
+        "key-value heads tiled (repeat), not interleaved": (
+            cached_gqa_self_attention(interleave=False), "values differ"),
+        "no causal mask among the new positions": (cached_gqa_self_attention(causal=False),
+                                                   "several positions per step"),
+        "keys cached before their rotation": (cached_gqa_self_attention(cache_rotated=False),
+                                              "result 1 of the tuple"),
+        "scaled by sqrt(d_model)": (cached_gqa_self_attention(scale="d_model"), "values differ"),
+        "values rotated too": (cached_gqa_self_attention(rotate_values=True), "values differ"),
+    }),
+    "check_top_p_probs": (top_p_probs(), {
+        "the token that crosses top_p left out": (top_p_probs(cumulative="after"), "a tiny top_p"),
+        "not renormalised": (top_p_probs(renormalise=False), "a tiny top_p"),
+        "the least probable tokens kept": (top_p_probs(descending=False), "a tiny top_p"),
+        "exp without subtracting the largest logit": (top_p_probs(stable=False),
+                                                      "the result holds NaN"),
+    }),
+}
+
+
+class TestChecks(CheckTests):
+    CHECKS, MODULE = CHECKS, checks_beyond_2017

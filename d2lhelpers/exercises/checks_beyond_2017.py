@@ -1,4 +1,5 @@
-"""The checks of notebook 10_beyond_2017's coding exercises."""
+"""The checks of notebook 10_beyond_2017's coding exercises: RoPE at given positions, one block of
+the online softmax, cached grouped-query self-attention, and top-p probabilities."""
 
 from __future__ import annotations
 
@@ -6,12 +7,12 @@ import math
 from collections.abc import Callable
 
 import torch
-from torch import nn
 
 from ..attention import KVCache, MultiHeadAttention, online_softmax_update
 from ..decoding import next_token_probs
 from ..positional import apply_rotary
-from .cases import case_label, randint, randn, random_module, random_sizes, seeded_generator
+from .cases import (case_label, feed_in_chunks, labelled, load_linear_weights, randint, randn,
+                    random_floats, random_sizes, seeded_generator, seeded_module)
 from .runner import run_check
 
 __all__ = ["check_rotary_at_positions", "check_online_softmax_update",
@@ -23,18 +24,19 @@ def check_rotary_at_positions(fn: Callable, seed: int = 0, hint: int = 1) -> Non
     angle positions[t] * omega_j, omega_j = 10000^(-2j / d_k): x (..., T, d_k), positions (T,)
     whole numbers, any of them (not only 0 .. T-1). As ``d2lh.apply_rotary``."""
     generator = seeded_generator(seed)
-    fixed = [("positions 0 .. T-1", randn(generator, 1, 5, 8), torch.arange(5)),
-             ("the odd positions of a cache", randn(generator, 2, 4, 8), torch.tensor([1, 3, 5, 7])),
-             ("position 0 only: no rotation", randn(generator, 1, 1, 4), torch.tensor([0])),
-             ("heads: x (B, h, T, d_k)", randn(generator, 2, 3, 4, 6), torch.tensor([9, 2, 4, 0])),
-             ("far positions, float64", randn(generator, 1, 3, 16, dtype=torch.float64),
-              torch.tensor([1000, 2500, 4096]))]
+    fixed = [("positions 0 .. T-1", (randn(generator, 1, 5, 8), torch.arange(5))),
+             ("the odd positions of a cache",
+              (randn(generator, 2, 4, 8), torch.tensor([1, 3, 5, 7]))),
+             ("position 0 only: no rotation", (randn(generator, 1, 1, 4), torch.tensor([0]))),
+             ("heads: x (B, h, T, d_k)", (randn(generator, 2, 3, 4, 6), torch.tensor([9, 2, 4, 0]))),
+             ("far positions, float64", (randn(generator, 1, 3, 16, dtype=torch.float64),
+                                         torch.tensor([1000, 2500, 4096])))]
     random = []
     for s in random_sizes(generator, 2, B=(1, 3), T=(1, 6), half_d_k=(1, 8)):
-        positions = randint(generator, 0, 60, (s["T"],))
-        random.append(("", randn(generator, s["B"], s["T"], 2 * s["half_d_k"]), positions))
-    cases = [(case_label(what, f"x {tuple(x.shape)}, positions {positions.tolist()}"), (x, positions))
-             for what, x, positions in fixed + random]
+        positions = randint(generator, 0, 60, (s["T"],))  # drawn before x
+        random.append(("", (randn(generator, s["B"], s["T"], 2 * s["half_d_k"]), positions)))
+    cases = labelled(fixed + random, lambda x, positions:
+                     f"x {tuple(x.shape)}, positions {positions.tolist()}")
     run_check("rotary_at_positions", fn, cases, reference=apply_rotary,
               hints=("Which features form a pair, by how much does pair j turn at position m, and "
                      "in which direction? Does your angle use the positions you were given?",
@@ -112,24 +114,13 @@ def _gqa_cases(generator):
     cases = []
     for what, s, chunks in fixed:
         d_model = s["h"] * s["d_k"]
-        with torch.random.fork_rng(devices=[]):  # the constructor draws from the global stream
-            gqa = random_module(MultiHeadAttention(d_model, s["h"], num_kv_heads=s["g"], rotary=True),
-                                generator)
+        gqa = seeded_module(generator, MultiHeadAttention, d_model, s["h"], num_kv_heads=s["g"],
+                            rotary=True)
         X = randn(generator, s["B"], sum(chunks), d_model)
         label = (f"d_model={d_model}, h={s['h']}, g={s['g']}, d_k={s['d_k']}, B={s['B']}, steps of "
                  f"{list(chunks)} positions")
         cases.append((case_label(what, label), (gqa, X, chunks)))
     return cases
-
-
-def _run_steps(step, X, chunks):
-    """Feed X in chunks to step(x, cache) with one KVCache; return (outputs of all steps side by
-    side (B, T, d_model), cached keys, cached values)."""
-    cache, outputs, start = KVCache(), [], 0
-    for size in chunks:
-        outputs.append(step(X[:, start:start + size], cache))
-        start += size
-    return torch.cat(outputs, dim=1), cache.keys, cache.values
 
 
 def check_cached_gqa_self_attention(cls: type, seed: int = 0, hint: int = 1) -> None:
@@ -144,21 +135,18 @@ def check_cached_gqa_self_attention(cls: type, seed: int = 0, hint: int = 1) -> 
 
     def learner(gqa, X, chunks):
         module = cls(gqa.d_model, gqa.num_heads, gqa.num_kv_heads)
-        width = gqa.num_kv_heads * gqa.d_k
-        for name, shape in (("W_q", (gqa.d_model, gqa.d_model)), ("W_k", (width, gqa.d_model)),
-                            ("W_v", (width, gqa.d_model)), ("W_o", (gqa.d_model, gqa.d_model))):
-            layer = getattr(module, name, None)
-            if not isinstance(layer, nn.Linear) or tuple(layer.weight.shape) != shape:
-                raise TypeError(f"the module needs {name} = nn.Linear with weight of shape {shape} "
-                                f"(g * d_k = {width}), got {layer!r}")
-        with torch.no_grad():
-            for name in ("W_q", "W_k", "W_v", "W_o"):
-                getattr(module, name).weight.copy_(getattr(gqa, name).weight)
-            return _run_steps(module.eval(), X, chunks)
+        load_linear_weights(module, {name: getattr(gqa, name).weight
+                                     for name in ("W_q", "W_k", "W_v", "W_o")},
+                            note=f" (g * d_k = {gqa.num_kv_heads * gqa.d_k})")
+        return outputs_and_cache(module.eval(), X, chunks)
 
     def reference(gqa, X, chunks):
+        return outputs_and_cache(gqa.step, X, chunks)
+
+    def outputs_and_cache(step, X, chunks):  # the outputs of all steps, then what was cached
         with torch.no_grad():
-            return _run_steps(gqa.step, X, chunks)
+            outputs, cache = feed_in_chunks(step, X, chunks)
+        return outputs, cache.keys, cache.values
 
     run_check("CachedGQASelfAttention", learner, cases, reference,
               hints=("Result 0 holds the outputs of all steps side by side, results 1 and 2 the "
@@ -181,18 +169,18 @@ def check_top_p_probs(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     <= 1), renormalised; 0 for every other token. As ``d2lh.next_token_probs(logits,
     top_p=top_p)``."""
     generator = seeded_generator(seed)
-    fixed = [("top_p = 1: every token", randn(generator, 2, 6), 1.0),
-             ("a tiny top_p: only the most probable token", randn(generator, 3, 5), 1e-3),
-             ("top_p = 0.9", 2 * randn(generator, 2, 8), 0.9),
+    fixed = [("top_p = 1: every token", (randn(generator, 2, 6), 1.0)),
+             ("a tiny top_p: only the most probable token", (randn(generator, 3, 5), 1e-3)),
+             ("top_p = 0.9", (2 * randn(generator, 2, 8), 0.9)),
              ("the most probable token alone reaches top_p in row 0",
-              torch.tensor([[5.0, 1.0, 0.0, -1.0], [0.5, 0.4, 0.3, 0.2]]), 0.6),
-             ("large logits", 500 + 100 * randn(generator, 2, 6), 0.5)]
+              (torch.tensor([[5.0, 1.0, 0.0, -1.0], [0.5, 0.4, 0.3, 0.2]]), 0.6)),
+             ("large logits", (500 + 100 * randn(generator, 2, 6), 0.5))]
     random = []
     for s in random_sizes(generator, 2, B=(1, 3), V=(3, 12)):
-        top_p = round(float(0.1 + 0.85 * torch.rand(1, generator=generator)), 2)
-        random.append(("", 2 * randn(generator, s["B"], s["V"]), top_p))
-    cases = [(case_label(what, f"logits {tuple(x.shape)}, top_p={p}"), (x, p))
-             for what, x, p in fixed + random]
+        top_p = round(random_floats(generator, 1, low=0.1, scale=0.85)[0], 2)  # before the logits
+        random.append(("", (2 * randn(generator, s["B"], s["V"]), top_p)))
+    cases = labelled(fixed + random,
+                     lambda logits, top_p: f"logits {tuple(logits.shape)}, top_p={top_p}")
     run_check("top_p_probs", fn, cases,
               reference=lambda logits, top_p: next_token_probs(logits, top_p=top_p),
               hints=("Sort each row's probabilities from the largest down: which tokens belong to "

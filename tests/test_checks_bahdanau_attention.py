@@ -1,10 +1,14 @@
-"""Answers to the checks of notebook 08's exercises (a GRU cell, a Luong decoder step): right ones,
-written independently of the references, and the plausible wrong ones, which the shared tests of
-test_exercise_checks.py run through the checks."""
+"""The checks of notebook 08_bahdanau_attention
+(d2lhelpers/exercises/checks_bahdanau_attention.py): right and plausible wrong answers (see
+checks_common.py) to a GRU cell and a Luong decoder step, written independently of the
+references."""
 
 from __future__ import annotations
 
 import torch
+
+from checks_common import CheckTests
+from d2lhelpers.exercises import checks_bahdanau_attention
 
 
 def gru_cell(x, h, W_ih, W_hh, b_ih, b_hh, order=(0, 1, 2), swap_update=False, reset="outside",
@@ -52,9 +56,7 @@ def luong_step(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c, query=
     return attentional, hidden if return_old else new_hidden, weights
 
 
-# Registered in the shared CHECKS table of test_exercise_checks.py, which runs the right and
-# wrong answers through the common tests.
-RNN_CHECKS = {
+CHECKS = {
     "check_gru_cell": (gru_cell, {
         "update gate on the wrong side: z * n + (1 - z) * h": (
             lambda *a: gru_cell(*a, swap_update=True), "update gate z = 1"),
@@ -84,6 +86,10 @@ RNN_CHECKS = {
             lambda *a: luong_step(*a, softmax_dim=0), "values differ"),
     }),
 }
+
+
+class TestChecks(CheckTests):
+    CHECKS, MODULE = CHECKS, checks_bahdanau_attention
 
 
 def test_the_right_answers_agree_with_pytorch():

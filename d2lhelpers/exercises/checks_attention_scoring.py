@@ -1,4 +1,5 @@
-"""The checks of notebook 03_attention_scoring's coding exercises."""
+"""The checks of notebook 03_attention_scoring's coding exercises: Luong's multiplicative scores,
+and the valid lengths of a causal mask."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from collections.abc import Callable
 
 import torch
 
-from ..attention import masked_softmax
-from .cases import seeded_generator, randn, random_sizes, case_label
+from ..attention import causal_valid_lens, masked_softmax
+from .cases import labelled, randn, random_sizes, seeded_generator
 from .runner import run_check
 
 __all__ = ['check_multiplicative_scores', 'check_causal_lens']
@@ -23,14 +24,12 @@ def check_multiplicative_scores(fn: Callable, seed: int = 0, hint: int = 1) -> N
              (dict(B=2, T_q=2, T_k=3, q_size=2, k_size=5), torch.float64, "float64")]
     random = [(s, torch.float32, "") for s in
               random_sizes(generator, 2, B=(1, 3), T_q=(1, 5), T_k=(1, 5), q_size=(1, 6), k_size=(1, 6))]
-    cases = []
-    for s, dtype, what in fixed + random:
-        args = (randn(generator, s["B"], s["T_q"], s["q_size"], dtype=dtype),
-                randn(generator, s["B"], s["T_k"], s["k_size"], dtype=dtype),
-                randn(generator, s["q_size"], s["k_size"], dtype=dtype))
-        shapes = ", ".join(f"{name} {tuple(a.shape)}"
-                           for name, a in zip(("queries", "keys", "W"), args))
-        cases.append((case_label(what, shapes), args))
+    entries = [(what, (randn(generator, s["B"], s["T_q"], s["q_size"], dtype=dtype),
+                       randn(generator, s["B"], s["T_k"], s["k_size"], dtype=dtype),
+                       randn(generator, s["q_size"], s["k_size"], dtype=dtype)))
+               for s, dtype, what in fixed + random]
+    cases = labelled(entries, lambda *args: ", ".join(
+        f"{name} {tuple(a.shape)}" for name, a in zip(("queries", "keys", "W"), args)))
     run_check("multiplicative_scores", fn, cases,
               reference=lambda queries, keys, W: torch.einsum("bip,pq,bjq->bij", queries, W, keys),
               hints=("Write the score of one query and one key first, then find the batched "
@@ -56,7 +55,7 @@ def check_causal_lens(fn: Callable, seed: int = 0, hint: int = 1) -> None:
         return masked_softmax(torch.zeros(B, T, T), lengths)
 
     run_check("causal_lens (through d2lh.masked_softmax)", fn, cases,
-              reference=lambda B, T: torch.arange(1, T + 1).expand(B, T),  # query i: keys 0..i
+              reference=causal_valid_lens,  # (B, T): query i sees keys 0..i
               compare_through=("passed to d2lh.masked_softmax as valid lengths", weights),
               hints=("A valid length counts the keys a query may see, starting from key 0. How "
                      "many keys may query 0 see? And query 1?",

@@ -1,4 +1,5 @@
-"""The checks of notebook 07_translation's coding exercises."""
+"""The checks of notebook 07_translation's coding exercises: greedy decoding with the cache, and the
+log-probability of given translations."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 
 from ..decoding import greedy_decode, sequence_log_prob
 from ..transformer import Transformer
-from .cases import case_label, randint, random_module, seeded_generator
+from .cases import case_label, randint, random_lengths, seeded_generator, seeded_module
 from .runner import run_check
 
 __all__ = ["check_cached_greedy_decode", "check_translation_log_prob"]
@@ -17,10 +18,8 @@ __all__ = ["check_cached_greedy_decode", "check_translation_log_prob"]
 def _random_translator(generator, norm_first: bool) -> Transformer:
     """A small Transformer with seeded weights whose outputs depend on its inputs (LayerNorms and
     the output bias as after initialisation, so that no bias drowns the tokens' differences)."""
-    with torch.random.fork_rng(devices=[]):  # the constructor draws from the global stream
-        model = random_module(Transformer(11, 13, d_model=8, num_heads=2, ffn_hidden=16,
-                                          num_layers=2, dropout=0.0, norm_first=norm_first),
-                              generator)
+    model = seeded_module(generator, Transformer, 11, 13, d_model=8, num_heads=2, ffn_hidden=16,
+                          num_layers=2, dropout=0.0, norm_first=norm_first)
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, torch.nn.LayerNorm):
@@ -30,6 +29,11 @@ def _random_translator(generator, norm_first: bool) -> Transformer:
     return model
 
 
+def _random_source(generator, B: int, T_src: int):
+    """Source sentences (B, T_src) of tokens 3 .. 10, and their valid lengths (B,)."""
+    return randint(generator, 3, 10, (B, T_src)), random_lengths(generator, B, T_src)
+
+
 def _finishing_case(generator, B: int, max_len: int, norm_first: bool, bos: int, V_tgt: int):
     """A model, a batch and an <eos> such that sentence 0 produces <eos> first and, left to
     itself, something else right after (so that a finished sentence must be made to repeat
@@ -37,17 +41,16 @@ def _finishing_case(generator, B: int, max_len: int, norm_first: bool, bos: int,
     for _ in range(50):
         model = _random_translator(generator, norm_first)
         T_src = int(randint(generator, 2, 6))
-        src = randint(generator, 3, 10, (B, T_src))
-        src_valid_len = randint(generator, 1, T_src, (B,))
-        free = greedy_decode(model, src, src_valid_len, bos, V_tgt, max(max_len, 2))  # no <eos>
+        src, src_valid_lens = _random_source(generator, B, T_src)
+        free = greedy_decode(model, src, src_valid_lens, bos, V_tgt, max(max_len, 2))  # no <eos>
         eos = int(free[0, 0])
         if free[0, 1] != eos and (B == 1 or bool((free[1:, 0] != eos).any())):
-            return model, src, src_valid_len, eos
+            return model, src, src_valid_lens, eos
     raise RuntimeError("no suitable random model found: change the seed")
 
 
 def check_cached_greedy_decode(fn: Callable, seed: int = 0, hint: int = 1) -> None:
-    """fn(model, src, src_valid_len, bos, eos, max_len) -> (B, T_out) greedy tokens, <bos> left
+    """fn(model, src, src_valid_lens, bos, eos, max_len) -> (B, T_out) greedy tokens, <bos> left
     out, as ``d2lh.greedy_decode`` gives them: the decoder fed the newest token only, with the
     state of ``model.decoder.init_state``; finished sentences keep emitting <eos>; the loop stops
     once every sentence has finished, or after max_len tokens."""
@@ -61,19 +64,19 @@ def check_cached_greedy_decode(fn: Callable, seed: int = 0, hint: int = 1) -> No
             ("max_len = 1", 2, 1, True, False),
             ("", 5, 9, True, bool(randint(generator, 0, 1)))]:
         if finishing:
-            model, src, src_valid_len, eos = _finishing_case(generator, B, max_len, norm_first,
+            model, src, src_valid_lens, eos = _finishing_case(generator, B, max_len, norm_first,
                                                              bos, V_tgt)
         else:
             model = _random_translator(generator, norm_first)
-            src, src_valid_len = randint(generator, 3, 10, (B, 5)), randint(generator, 1, 5, (B,))
+            src, src_valid_lens = _random_source(generator, B, 5)
             eos = V_tgt  # one past the vocabulary: the model can never produce it
-        label = (f"B={B}, src {tuple(src.shape)}, src_valid_len={src_valid_len.tolist()}, bos={bos}, "
+        label = (f"B={B}, src {tuple(src.shape)}, src_valid_lens={src_valid_lens.tolist()}, bos={bos}, "
                  f"eos={eos}, max_len={max_len}")
-        cases.append((case_label(what, label), (model, src, src_valid_len, bos, eos, max_len)))
+        cases.append((case_label(what, label), (model, src, src_valid_lens, bos, eos, max_len)))
     run_check("cached_greedy_decode", fn, cases, reference=greedy_decode,
               hints=("Compare the number of tokens you return with the expected number: when does "
                      "the loop stop, and what do finished sentences emit meanwhile?",
-                     "Encode once; state = model.decoder.init_state(enc_outputs, src_valid_len); at "
+                     "Encode once; state = model.decoder.init_state(enc_outputs, src_valid_lens); at "
                      "each step feed only the newest tokens, (B, 1), to model.decoder.step(tokens, "
                      "state) and take the argmax of the last position; set the finished rows' token "
                      "to eos before appending; stop when all rows are finished. Return only the "
@@ -82,7 +85,7 @@ def check_cached_greedy_decode(fn: Callable, seed: int = 0, hint: int = 1) -> No
 
 
 def check_translation_log_prob(fn: Callable, seed: int = 0, hint: int = 1) -> None:
-    """fn(model, src, src_valid_len, tokens, bos, eos) -> (log_probs, lengths), each (B,): the
+    """fn(model, src, src_valid_lens, tokens, bos, eos) -> (log_probs, lengths), each (B,): the
     log-probability log P(y | x) that the model gives each row of ``tokens`` (B, T_out, no <bos>),
     by teacher forcing, counting each row up to its first <eos> included (all T_out tokens if it
     has none), and those lengths; as ``d2lh.sequence_log_prob``."""
@@ -94,7 +97,7 @@ def check_translation_log_prob(fn: Callable, seed: int = 0, hint: int = 1) -> No
                                        ("pre-norm", 3, 5, True),
                                        ("", 5, 7, bool(randint(generator, 0, 1)))]:
         model = _random_translator(generator, norm_first)
-        src, src_valid_len = randint(generator, 3, 10, (B, 5)), randint(generator, 1, 5, (B,))
+        src, src_valid_lens = _random_source(generator, B, 5)
         tokens = randint(generator, 3, 12, (B, T_out))
         for row in range(1, B):  # row 0 never ends; the others end somewhere, padded after <eos>
             end = int(randint(generator, 0, T_out - 1))
@@ -102,8 +105,8 @@ def check_translation_log_prob(fn: Callable, seed: int = 0, hint: int = 1) -> No
             if row % 2:  # some rows hold other tokens after their <eos>, which must not count
                 tokens[row, end + 1:] = randint(generator, 3, 12, (T_out - end - 1,))
         label = (f"B={B}, tokens {tuple(tokens.shape)} = {tokens.tolist()}, bos={bos}, eos={eos}, "
-                 f"src_valid_len={src_valid_len.tolist()}")
-        cases.append((case_label(what, label), (model, src, src_valid_len, tokens, bos, eos)))
+                 f"src_valid_lens={src_valid_lens.tolist()}")
+        cases.append((case_label(what, label), (model, src, src_valid_lens, tokens, bos, eos)))
     with torch.no_grad():
         run_check("translation_log_prob", fn, cases, reference=sequence_log_prob,
                   hints=("Which tokens does the decoder see when it predicts tokens[:, t]? And which "

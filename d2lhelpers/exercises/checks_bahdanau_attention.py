@@ -1,4 +1,5 @@
-"""The checks of notebook 08_bahdanau_attention's coding exercises."""
+"""The checks of notebook 08_bahdanau_attention's coding exercises: a GRU cell from PyTorch's
+weights, and a decoder step with Luong's "general" attention."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import torch
 from torch import nn
 
 from ..attention import masked_softmax
-from .cases import case_label, randint, randn, random_module, random_sizes, seeded_generator, size_text
+from .cases import (labelled, randn, random_lengths, random_sizes, seeded_generator,
+                    seeded_module, size_text)
 from .runner import run_check
 
 __all__ = ["check_gru_cell", "check_luong_step"]
@@ -60,8 +62,8 @@ def check_gru_cell(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     fixed.append(("float64", case(2, 3, 2, dtype=torch.float64)))
     random = [("", case(s["B"], s["d_in"], s["H"]))
               for s in random_sizes(generator, 2, B=(1, 4), d_in=(1, 6), H=(1, 6))]
-    cases = [(case_label(what, f"B={args[0].shape[0]}, d_in={args[0].shape[1]}, "
-                               f"H={args[1].shape[1]}"), args) for what, args in fixed + random]
+    cases = labelled(fixed + random,
+                     lambda x, h, *weights: f"B={x.shape[0]}, d_in={x.shape[1]}, H={h.shape[1]}")
     run_check("gru_cell", fn, cases, reference=_gru_cell,
               hints=("Recall the GRU's equations: which gate resets what, and where does each "
                      "bias go? PyTorch stacks the three gates' weights in one matrix, in a fixed "
@@ -100,19 +102,21 @@ def check_luong_step(fn: Callable, seed: int = 0, hint: int = 1) -> None:
     generator = seeded_generator(seed)
 
     def case(B, E, H, T_src, lengths=None, garbage=False):
-        with torch.random.fork_rng(devices=[]):  # the constructors draw from the global stream
-            cell = random_module(nn.GRUCell(E, H), generator)
-            W_c = random_module(nn.Linear(2 * H, H), generator)
+        cell = seeded_module(generator, nn.GRUCell, E, H)
+        W_c = seeded_module(generator, nn.Linear, 2 * H, H)
         W_a = randn(generator, H, H) / H ** 0.5
         enc_outputs = randn(generator, B, T_src, H)
-        valid_lens = randint(generator, 1, T_src, (B,)) if lengths is None else torch.tensor(lengths)
+        valid_lens = (random_lengths(generator, B, T_src) if lengths is None
+                      else torch.tensor(lengths))
         if garbage:  # large values where a sentence is padding: the mask must keep them out
             padding = torch.arange(T_src)[None, :] >= valid_lens[:, None]
             enc_outputs[padding] = 50.0
-        args = (randn(generator, B, E), randn(generator, B, H), enc_outputs, valid_lens, cell, W_a,
+        return (randn(generator, B, E), randn(generator, B, H), enc_outputs, valid_lens, cell, W_a,
                 W_c)
-        label = f"{size_text(dict(B=B, E=E, H=H, T_src=T_src))}, valid_lens={valid_lens.tolist()}"
-        return label, args
+
+    def details(embedded, hidden, enc_outputs, valid_lens, *modules):
+        (B, E), (T_src, H) = embedded.shape, enc_outputs.shape[1:]
+        return f"{size_text(dict(B=B, E=E, H=H, T_src=T_src))}, valid_lens={valid_lens.tolist()}"
 
     fixed = [("", case(2, 3, 4, 5, [5, 5])),
              ("padding holds large values", case(3, 2, 4, 6, [6, 2, 4], garbage=True)),
@@ -120,7 +124,7 @@ def check_luong_step(fn: Callable, seed: int = 0, hint: int = 1) -> None:
              ("a batch of one", case(1, 4, 5, 3, [3]))]
     random = [("", case(s["B"], s["E"], s["H"], s["T_src"]))
               for s in random_sizes(generator, 2, B=(1, 4), E=(1, 5), H=(2, 6), T_src=(1, 6))]
-    cases = [(case_label(what, label), args) for what, (label, args) in fixed + random]
+    cases = labelled(fixed + random, details)
     with torch.no_grad():
         run_check("luong_step", fn, cases, reference=_luong_step,
                   hints=("In Luong's attention the RNN steps first, and its new state is the "

@@ -1,0 +1,99 @@
+"""The tests every exercise check gets, and what the answers of several test files share.
+
+A test file ``test_checks_<topic>.py`` tests the checks of
+``d2lhelpers/exercises/checks_<topic>.py``. It holds, for each check, one correct solution
+(written independently of the check's reference), then the mistakes a learner is likely to make
+(forgetting the mask or the scaling, the wrong axis, the wrong transpose, ...), in a table::
+
+    CHECKS = {"check_x": (right_answer, {"a mistake": (wrong_answer, "what its failure mentions")})}
+
+and a class ``TestChecks(CheckTests)`` that names the table and the module, which gives every
+check the tests below: a right answer passes; each wrong answer raises ExerciseCheckFailed with a
+message that names the input it failed on and ends with the check's hint; and so on.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import pytest
+import torch
+
+import d2lhelpers as d2lh
+from d2lhelpers import exercises
+from d2lhelpers.exercises import ExerciseCheckFailed
+
+
+class CheckTests:
+    """The tests of a table of checks (``CHECKS``), those of the module ``MODULE``."""
+
+    CHECKS: dict = {}
+    MODULE = None
+
+    def pytest_generate_tests(self, metafunc):  # pytest calls it for every test of the class
+        if "mistake" in metafunc.fixturenames:
+            wrong = [(check, mistake) for check, (_, mistakes) in sorted(self.CHECKS.items())
+                     for mistake in mistakes]
+            metafunc.parametrize("check, mistake", wrong, ids=[f"{c}-{m}" for c, m in wrong])
+        elif "check" in metafunc.fixturenames:
+            metafunc.parametrize("check", sorted(self.CHECKS))
+
+    def test_the_table_holds_every_check_of_the_module(self):
+        assert set(self.CHECKS) == set(self.MODULE.__all__)
+
+    @pytest.mark.parametrize("seed", [0, 1])
+    def test_check_passes_a_right_answer(self, check, seed, capsys):
+        right, _ = self.CHECKS[check]
+        getattr(exercises, check)(right, seed=seed)
+        line = capsys.readouterr().out
+        assert line.startswith("Correct: ") and line.endswith(" checks.\n")
+        assert line.count("\n") == 1
+
+    def test_check_fails_a_plausible_wrong_answer_naming_the_input(self, check, mistake, capsys):
+        wrong, must_mention = self.CHECKS[check][1][mistake]
+        with pytest.raises(ExerciseCheckFailed) as failure:
+            getattr(exercises, check)(wrong)
+        message = str(failure.value)
+        assert must_mention in message
+        assert "on input " in message and "\nHint: " in message
+        assert "Correct" not in capsys.readouterr().out
+
+    def test_a_stub_is_reported_as_not_implemented(self, check):
+        def stub(*args):
+            raise NotImplementedError()
+
+        with pytest.raises(ExerciseCheckFailed, match="not implemented yet"):
+            getattr(exercises, check)(stub)
+
+    def test_checks_leave_the_global_random_state_alone(self, check):
+        torch.manual_seed(123)
+        expected = torch.rand(3)
+        torch.manual_seed(123)
+        getattr(exercises, check)(self.CHECKS[check][0])
+        assert torch.equal(torch.rand(3), expected)
+
+    def test_every_check_gives_its_hints_in_steps(self, check):
+        """A nudge by default; with hint=2 a second, more specific step."""
+        function = getattr(exercises, check)
+        assert list(inspect.signature(function).parameters)[1:] == ["seed", "hint"]
+        messages = []
+        for hint in (1, 2):
+            with pytest.raises(ExerciseCheckFailed) as failure:
+                function(lambda *args: None, hint=hint)
+            messages.append(str(failure.value))
+        nudge = messages[0].split("\nHint: ", 1)[1].split("\n")[0]
+        assert nudge and messages[0].endswith("run the check again with hint=2.)")
+        assert f"\nHint: {nudge}\nHint 2: " in messages[1]
+
+
+def attention_weights(scores, valid_lens, fill="package"):
+    """The softmax of scores (..., T_q, T_k) over the keys each query may see, as a learner
+    writes it: no mask when valid_lens is None; d2lh.masked_softmax (fill="package": a row with
+    no valid key stays 0); or -inf in masked places (fill="-inf": such a row becomes NaN)."""
+    if valid_lens is None:
+        return torch.softmax(scores, dim=-1)
+    if fill == "package":
+        return d2lh.masked_softmax(scores, valid_lens)
+    allowed = d2lh.valid_lens_to_mask(valid_lens, scores.shape[-2], scores.shape[-1])
+    return torch.softmax(scores.masked_fill(~allowed, -math.inf), dim=-1)

@@ -1,0 +1,109 @@
+"""The checks of notebook 06_transformer (d2lhelpers/exercises/checks_transformer.py): right and
+plausible wrong answers (see checks_common.py); the cached decoder-block step written from the
+block's parts, each flag a mistake."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+import d2lhelpers as d2lh
+from checks_common import CheckTests
+from d2lhelpers.exercises import checks_transformer
+
+
+def layer_norm(X, eps=1e-5, dim=-1, unbiased=False, eps_inside=True):
+    mean = X.mean(dim=dim, keepdim=True)
+    var = X.var(dim=dim, unbiased=unbiased, keepdim=True)
+    if eps_inside:
+        return (X - mean) / torch.sqrt(var + eps)
+    return (X - mean) / (torch.sqrt(var) + eps)
+
+
+def causal_additive_mask(T, offset=1, lower=False):
+    M = torch.zeros(T, T)
+    future = torch.ones(T, T, dtype=torch.bool)  # (T_q, T_k)
+    future = future.tril(diagonal=-offset) if lower else future.triu(diagonal=offset)
+    return M.masked_fill(future, -math.inf)
+
+
+def attend(attention, x, keys, values, valid_lens):
+    """Notebook 06's attention over projected keys and values, heads folded into the batch."""
+    B, h = x.shape[0], attention.num_heads
+    q = attention.split_heads(attention.W_q(x))
+    lens = None if valid_lens is None else valid_lens.repeat_interleave(h, dim=0)
+    heads = d2lh.DotProductAttention()(q.flatten(0, 1), keys.flatten(0, 1), values.flatten(0, 1),
+                                       lens)
+    return attention.W_o(attention.merge_heads(heads.unflatten(0, (B, h))))
+
+
+def cached_block_step(post_norm_only=False, append=True, offset=True, causal=True):
+    """A cached decoder-block step, right by default; each flag off is one plausible mistake."""
+
+    def step(block, x, cache, enc_keys, enc_values, src_valid_lens):
+        def sublayer(add_norm, x, f):
+            if add_norm.norm_first and not post_norm_only:
+                return x + f(add_norm.norm(x))
+            return add_norm.norm(x + f(x))
+
+        def masked_self_attention(h):
+            attention = block.self_attention
+            k, v = attention.split_heads(attention.W_k(h)), attention.split_heads(attention.W_v(h))
+            if append:
+                cache.append(k, v)
+                keys, values = cache.keys, cache.values
+            else:  # attends to the cache and the new positions, but never stores them
+                keys = k if cache.keys is None else torch.cat([cache.keys, k], dim=2)
+                values = v if cache.values is None else torch.cat([cache.values, v], dim=2)
+            seen_before = keys.shape[2] - h.shape[1] if offset else 0
+            if causal:
+                lens = d2lh.causal_valid_lens(h.shape[0], h.shape[1], seen_before)
+            else:  # every new position sees all of the new positions
+                lens = torch.full((h.shape[0],), keys.shape[2])
+            return attend(attention, h, keys, values, lens)
+
+        x = sublayer(block.add_norm1, x, masked_self_attention)
+        x = sublayer(block.add_norm2, x, lambda h: attend(block.cross_attention, h, enc_keys,
+                                                          enc_values, src_valid_lens))
+        return sublayer(block.add_norm3, x, block.ffn)
+
+    return step
+
+
+CHECKS = {
+    "check_layer_norm": (layer_norm, {
+        "unbiased variance": (
+            lambda X, eps: layer_norm(X, eps, unbiased=True), "the worked example"),
+        "normalised over the first axis": (
+            lambda X, eps: layer_norm(X, eps, dim=0), "the worked example"),
+        "eps outside the square root": (
+            lambda X, eps: layer_norm(X, eps, eps_inside=False), "eps matters"),
+        "eps missing": (
+            lambda X, eps: layer_norm(X, 0.0), "the result holds NaN"),
+    }),
+    "check_causal_additive_mask": (causal_additive_mask, {
+        "diagonal masked too": (
+            lambda T: causal_additive_mask(T, offset=0), "on input a single position, T=1"),
+        "transposed: the past masked": (
+            lambda T: causal_additive_mask(T, lower=True), "at index (0, 1) expected -inf, got 0"),
+        "a boolean mask": (
+            lambda T: torch.ones(T, T, dtype=torch.bool).triu(diagonal=1), "raised TypeError"),
+        "1 instead of -inf": (
+            lambda T: torch.ones(T, T).triu(diagonal=1), "values differ"),
+    }),
+    "check_cached_block_step": (cached_block_step(), {
+        "post-norm only (norm_first ignored)": (cached_block_step(post_norm_only=True),
+                                                "pre-norm block"),
+        "new keys and values never stored": (cached_block_step(append=False),
+                                             "one position per step"),
+        "causal lengths forget the cache": (cached_block_step(offset=False),
+                                            "one position per step"),
+        "no causal mask among the new positions": (cached_block_step(causal=False),
+                                                   "several positions per step"),
+    }),
+}
+
+
+class TestChecks(CheckTests):
+    CHECKS, MODULE = CHECKS, checks_transformer

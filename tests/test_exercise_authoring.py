@@ -1,0 +1,290 @@
+"""The authoring tool of the exercises (exercise_authoring): student copies, the setup cell, the
+hidden tests of check cells, nbgrader metadata, and the preprocessor that stops grading when the
+setup cell failed."""
+
+import json
+import pathlib
+import sys
+
+import nbformat
+import pytest
+
+import d2lhelpers as d2lh
+import exercise_authoring as authoring
+from exercise_authoring import student_source
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PROJECT = authoring.find_project(ROOT)
+
+SOLVED = '''def double(x):
+    """Twice x."""
+    ### BEGIN SOLUTION
+    y = 2 * x
+    return y
+    ### END SOLUTION
+
+check(double)
+### BEGIN HIDDEN TESTS
+assert double(2) == 4
+### END HIDDEN TESTS'''
+
+
+def test_student_source_stubs_solutions_keeping_indentation_and_drops_hidden_tests():
+    assert student_source(SOLVED) == '''def double(x):
+    """Twice x."""
+    # YOUR CODE HERE
+    raise NotImplementedError()
+
+check(double)'''
+
+
+def test_student_source_rejects_unbalanced_markers():
+    with pytest.raises(ValueError, match="unbalanced markers"):
+        student_source("### BEGIN SOLUTION\nx = 1\n")
+
+
+# The setup cell ------------------------------------------------------------------------------
+
+def test_the_setup_cell_installs_the_release_and_stops_with_instructions_without_d2lhelpers(
+        monkeypatch):
+    source = authoring.setup_source(PROJECT)
+    assert f'"d2lhelpers @ git+{PROJECT.repository}@v{PROJECT.version}"' in source
+    assert d2lh.__version__ == PROJECT.version, "the release tag names the package's version"
+    exec(source, {})  # d2lhelpers importable, not on Colab: nothing happens
+    import subprocess
+    import types
+
+    installs = []
+    monkeypatch.setattr(subprocess, "run", lambda command, check: installs.append(command))
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    exec(source, {})  # on Colab: pip installs the release
+    assert installs == [[sys.executable, "-m", "pip", "install", "--quiet",
+                         f"d2lhelpers @ git+{PROJECT.repository}@v{PROJECT.version}"]]
+    monkeypatch.delitem(sys.modules, "google.colab")
+    monkeypatch.setitem(sys.modules, "d2lhelpers", None)  # import d2lhelpers now fails
+    with pytest.raises(ModuleNotFoundError) as failure:
+        exec(source, {})
+    message = str(failure.value)
+    assert "needs the course's package d2lhelpers" in message
+    assert f"-m pip install 'd2lhelpers @ git+{PROJECT.repository}@v{PROJECT.version}'" in message
+
+
+# The project -----------------------------------------------------------------------------------
+
+def test_project_reads_address_and_version_and_makes_colab_links_at_the_release_tag(tmp_path):
+    assert PROJECT.root == ROOT and PROJECT.tag == f"v{PROJECT.version}"
+    owner_name = PROJECT.repository.removeprefix("https://github.com/")
+    assert PROJECT.colab_url(ROOT / "exercises" / "01_x.ipynb") == (
+        f"https://colab.research.google.com/github/{owner_name}/blob/v{PROJECT.version}/exercises/01_x.ipynb")
+    with pytest.raises(ValueError, match="path must lie inside the repository"):
+        PROJECT.colab_url(tmp_path / "01_x.ipynb")
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nversion = "1.2"\n[project.urls]\nRepository = "https://gitlab.com/a/b"\n')
+    with pytest.raises(ValueError, match="Repository must be a GitHub address"):
+        authoring.find_project(tmp_path)
+
+
+# Student copies --------------------------------------------------------------------------------
+
+BADGE = ("[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+         "(https://colab.research.google.com/github/o/n/blob/main/notebooks/07_demo.ipynb)")
+
+
+def notebook_with(*sources):
+    cells = ([{"cell_type": "markdown", "metadata": {}, "source": f"# Demo\n\n{BADGE}\n"}]
+             + [{"cell_type": "code", "source": s, "execution_count": 3, "metadata": {},
+                 "outputs": [{"output_type": "stream", "name": "stdout", "text": "6\n"}]}
+                for s in sources]
+             + [{"cell_type": "markdown", "metadata": {},
+                 "source": "**Answer:**\n### BEGIN SOLUTION\nBecause.\n### END SOLUTION"}])
+    return {"cells": [{"id": f"cell-{i}", **cell} for i, cell in enumerate(cells)],
+            "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def a_project(folder: pathlib.Path) -> pathlib.Path:
+    (folder / "pyproject.toml").write_text(
+        '[project]\nversion = "2.0"\n[project.urls]\nRepository = "https://github.com/o/n"\n')
+    (folder / "notebooks").mkdir()
+    return folder / "notebooks"
+
+
+def test_command_writes_student_copies_with_their_own_badge_and_an_answer_key(tmp_path, capsys):
+    source = a_project(tmp_path) / "07_demo.ipynb"
+    source.write_text(json.dumps(notebook_with("import torch", SOLVED)))
+    authoring.main(["copies", str(source), "--out", str(tmp_path / "exercises"),
+                    "--answer-key", str(tmp_path / "key")])
+    assert capsys.readouterr().out.splitlines() == [f"wrote {tmp_path / 'exercises' / source.name}",
+                                                    f"wrote {tmp_path / 'key' / source.name}"]
+    student = nbformat.read(tmp_path / "exercises" / source.name, as_version=4)
+    key = nbformat.read(tmp_path / "key" / source.name, as_version=4)
+    assert student.cells[0].source == (
+        "# Demo\n\n[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
+        "(https://colab.research.google.com/github/o/n/blob/v2.0/exercises/07_demo.ipynb)")
+    assert key.cells[0].source == f"# Demo\n\n{BADGE}\n", "an answer key keeps the source's badge"
+    assert "y = 2 * x" not in student.cells[2].source and "HIDDEN" not in student.cells[2].source
+    assert key.cells[2].source == SOLVED
+    for copy in (student, key):
+        assert all(c.outputs == [] and c.execution_count is None
+                   for c in copy.cells if c.cell_type == "code")
+    assert student.cells[3].source == "**Answer:**\nYOUR ANSWER HERE"
+    assert (tmp_path / "exercises" / source.name).read_text() == \
+        authoring.notebook_text(authoring.student_notebook(
+            json.loads(source.read_text()),
+            colab_url="https://colab.research.google.com/github/o/n/blob/v2.0/exercises/07_demo.ipynb"))
+
+
+def test_a_copy_outside_the_repository_gets_no_badge_and_a_notebook_needs_one(tmp_path):
+    (tmp_path / "repo").mkdir()
+    source = a_project(tmp_path / "repo") / "07_demo.ipynb"
+    source.write_text(json.dumps(notebook_with(SOLVED)))
+    [copy] = authoring.write_copies([source], tmp_path / "elsewhere")
+    assert "colab" not in copy.read_text(), "the source's badge would open the solutions"
+    no_badge = notebook_with(SOLVED)
+    no_badge["cells"][0]["source"] = "# Demo"
+    source.write_text(json.dumps(no_badge))
+    with pytest.raises(ValueError, match="07_demo.ipynb: notebook must have an Open-in-Colab badge"):
+        authoring.write_copies([source], tmp_path / "elsewhere")
+
+
+def test_command_refuses_a_notebook_without_exercises(tmp_path):
+    source = a_project(tmp_path) / "plain.ipynb"
+    source.write_text(json.dumps(notebook_with("x = 1")))
+    with pytest.raises(ValueError, match="no exercise solution"):
+        authoring.write_copies([source], tmp_path / "student")
+
+
+# Source notebooks: setup cell, hidden tests and nbgrader metadata ---------------------------------
+
+CHECK_CELL = '''d2lh.exercises.check_double(double)
+### BEGIN HIDDEN TESTS
+d2lh.exercises.check_double(double, seed=1)
+### END HIDDEN TESTS'''
+SOLUTION_CELL = SOLVED.split("\n\ncheck(double)")[0]
+OLD_SETUP = 'import sys\nif "google.colab" in sys.modules:\n    pass'
+
+
+def exercise_notebook(*cells):
+    """cells: (cell_type, source, metadata) triples."""
+    def cell(cell_type, source, metadata):
+        extra = {"outputs": [], "execution_count": None} if cell_type == "code" else {}
+        return {"cell_type": cell_type, "source": source, "metadata": metadata, **extra}
+
+    return {"cells": [cell(*c) for c in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def nbgrader_v3_errors(notebook):
+    """The rules nbgrader 0.9's metadata validator (schema version 3) enforces on cells."""
+    errors, ids = [], set()
+    for cell in notebook["cells"]:
+        meta = cell["metadata"].get("nbgrader")
+        if meta is None:
+            continue
+        required = {"schema_version", "grade", "locked", "solution"}
+        if not required <= set(meta) or meta["schema_version"] != 3:
+            errors.append("required keys")
+        if set(meta) - required - {"task", "grade_id", "points"}:
+            errors.append("unknown keys")
+        if (meta["grade"] or meta["solution"] or meta["locked"]) and not meta.get("grade_id"):
+            errors.append("grade_id")
+        if not all(c.isalnum() or c in "_-" for c in meta.get("grade_id", "")):
+            errors.append("grade_id pattern")
+        if meta["grade"] and "points" not in meta:
+            errors.append("points")
+        if cell["cell_type"] == "markdown" and meta["grade"] != meta["solution"]:
+            errors.append("markdown cells are grade and solution, or neither")
+        if meta.get("grade_id") in ids:
+            errors.append("duplicate grade_id")
+        ids.add(meta.get("grade_id"))
+    return errors
+
+
+def test_nbgrader_metadata_is_derived_from_markers_check_calls_and_the_setup_cell():
+    notebook = exercise_notebook(
+        ("markdown", "## Exercises", {}),
+        ("code", authoring.setup_source(PROJECT), {}),
+        ("code", "import torch", {"nbgrader": {"grade": True}}),  # stale: removed
+        ("code", SOLUTION_CELL, {"tags": ["keep"]}),
+        ("code", CHECK_CELL, {}),
+        ("markdown", "### BEGIN SOLUTION\nBecause.\n### END SOLUTION", {}),
+        ("markdown", "### BEGIN SOLUTION\nAnd so.\n### END SOLUTION", {}),
+        ("code", "x = 1\n### BEGIN SOLUTION\nx = 2\n### END SOLUTION", {}))
+    result = authoring.with_nbgrader_metadata(notebook)
+    meta = [cell["metadata"].get("nbgrader") for cell in result["cells"]]
+    assert meta[0] is None and meta[2] is None
+    assert meta[1] == {"grade": False, "grade_id": "setup", "locked": True, "schema_version": 3,
+                       "solution": False}
+    assert meta[3] == {"grade": False, "grade_id": "double", "locked": False, "schema_version": 3,
+                       "solution": True}
+    assert result["cells"][3]["metadata"]["tags"] == ["keep"]
+    assert meta[4] == {"grade": True, "grade_id": "check_double", "locked": True, "points": 1,
+                       "schema_version": 3, "solution": False}
+    assert meta[5] == {"grade": True, "grade_id": "answer_1", "locked": False, "points": 1,
+                       "schema_version": 3, "solution": True}
+    assert meta[6]["grade_id"] == "answer_2" and meta[7]["grade_id"] == "solution_2"
+    assert nbgrader_v3_errors(result) == []
+    assert "nbgrader" in notebook["cells"][2]["metadata"], "the input notebook is left alone"
+
+
+def test_nbgrader_metadata_refuses_ambiguous_cells():
+    with pytest.raises(ValueError, match="share the nbgrader grade_id 'double'"):
+        authoring.with_nbgrader_metadata(exercise_notebook(("code", SOLUTION_CELL, {}),
+                                                           ("code", SOLUTION_CELL, {})))
+    with pytest.raises(ValueError, match="both a solution and a check"):
+        both = SOLVED + "\nexercises.check_x(f)"
+        authoring.with_nbgrader_metadata(exercise_notebook(("code", both, {})))
+    with pytest.raises(ValueError, match="hidden tests belong in a code cell"):
+        authoring.with_nbgrader_metadata(exercise_notebook(("markdown", CHECK_CELL, {})))
+
+
+def test_updated_notebook_rewrites_setup_cell_hidden_tests_and_metadata_from_the_templates():
+    notebook = exercise_notebook(("markdown", f"# Demo\n{BADGE}", {}), ("code", OLD_SETUP, {}),
+                                 ("code", SOLUTION_CELL, {}), ("code", CHECK_CELL, {}),
+                                 ("code", "d2lh.exercises.check_triple(triple)", {}))
+    updated = authoring.updated_notebook(notebook, PROJECT)
+    assert updated["cells"][1]["source"] == authoring.setup_source(PROJECT)
+    hidden = authoring.hidden_tests_source([("check_double", "double")])
+    assert updated["cells"][3]["source"] == "d2lh.exercises.check_double(double)\n" + hidden
+    assert updated["cells"][4]["source"] == "d2lh.exercises.check_triple(triple)\n" + \
+        authoring.hidden_tests_source([("check_triple", "triple")])
+    assert hidden.endswith('_check_afresh("check_double", double, seed=1)\n### END HIDDEN TESTS')
+    assert [c["metadata"]["nbgrader"]["grade_id"] for c in updated["cells"][1:4]] == \
+        ["setup", "double", "check_double"]
+    assert authoring.updated_notebook(updated, PROJECT) == updated, "idempotent"
+    with pytest.raises(ValueError, match="first code cell must be its setup cell"):
+        authoring.updated_notebook(exercise_notebook(("code", "import torch", {})), PROJECT)
+    with pytest.raises(ValueError, match=r"must call d2lh.exercises.check_<name>\(<function>\)"):
+        authoring.updated_notebook(exercise_notebook(
+            ("code", OLD_SETUP, {}), ("code", "d2lh.exercises.check_double(double, seed=3)", {})),
+            PROJECT)
+
+
+def test_update_command_rewrites_notebooks_in_place_and_says_which_changed(tmp_path, capsys):
+    path = a_project(tmp_path) / "01_demo.ipynb"
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(OLD_SETUP),
+                                               nbformat.v4.new_code_cell(SOLUTION_CELL),
+                                               nbformat.v4.new_code_cell(CHECK_CELL)])
+    nbformat.write(notebook, path)
+    authoring.main(["update", str(path)])
+    authoring.main(["update", str(path)])
+    assert capsys.readouterr().out.splitlines() == [f"updated {path}", f"unchanged {path}"]
+    written = nbformat.read(path, as_version=4)
+    assert [c.metadata.nbgrader.grade_id for c in written.cells] == ["setup", "double", "check_double"]
+    assert 'git+https://github.com/o/n@v2.0"' in written.cells[0].source
+    assert written.cells[1].source == SOLUTION_CELL  # nothing else changes
+
+
+# nbgrader: a failed setup cell stops the grading -------------------------------------------------
+
+def test_require_setup_cell_raises_when_the_setup_cell_failed():
+    from exercise_authoring.grading import RequireSetupCell, SetupCellFailed
+
+    setup = nbformat.v4.new_code_cell("...", metadata={"nbgrader": {"grade_id": "setup"}})
+    notebook = nbformat.v4.new_notebook(cells=[setup, nbformat.v4.new_code_cell("1 / 0")])
+    notebook.cells[1].outputs = [nbformat.v4.new_output("error", ename="ZeroDivisionError",
+                                                        evalue="division by zero", traceback=[])]
+    RequireSetupCell()(notebook, {})  # as nbconvert calls it; an error elsewhere is the learner's
+    setup.outputs = [nbformat.v4.new_output("error", ename="ModuleNotFoundError",
+                                            evalue="needs d2lhelpers", traceback=[])]
+    with pytest.raises(SetupCellFailed, match="setup cell failed in the grading kernel, so every "
+                                              "check would score 0: ModuleNotFoundError: needs"):
+        RequireSetupCell()(notebook, {})

@@ -1,0 +1,243 @@
+"""The runner of the exercise checks (d2lhelpers/exercises/runner.py): run_check fails helpfully
+(the input, the learner's own value against the expected one, hints in steps), a failure shows
+the learner's frames and no line of the checking code, and check_afresh grades with a copy of
+the checks that no patch in the notebook reaches."""
+
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import d2lhelpers as d2lh
+import exercise_authoring as authoring
+from d2lhelpers import exercises
+from d2lhelpers.exercises import ExerciseCheckFailed, run_check
+from d2lhelpers.exercises.runner import check_afresh
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CHECKS = sorted(name for name in exercises.__all__ if name.startswith("check_"))
+
+
+# run_check -----------------------------------------------------------------------------------
+
+CASES = [("a 2x3 matrix", (torch.arange(6.0).reshape(2, 3),)), ("an empty row", (torch.zeros(1, 0),))]
+HINTS = ("which axis?", "the last one: dim=-1")
+
+
+def reference(x):
+    return x.softmax(dim=-1)
+
+
+def test_run_check_passes_a_correct_function(capsys):
+    run_check("softmax", lambda x: torch.exp(x) / torch.exp(x).sum(-1, keepdim=True), CASES, reference)
+    assert capsys.readouterr().out == "Correct: softmax passed all 2 checks.\n"
+
+
+def test_run_check_shows_the_input_and_the_learners_own_value_against_the_expected_one():
+    with pytest.raises(ExerciseCheckFailed) as failure:
+        run_check("softmax", lambda x: x.softmax(dim=0), CASES, reference, hints=HINTS)
+    message = str(failure.value)
+    assert "on input a 2x3 matrix: values differ: at index (1, 0) expected 0.0900306, got 0.952574.\n" in message
+    assert "input:    (tensor of shape (2, 3), dtype torch.float32:\n[[0. 1. 2.]\n [3. 4. 5.]])" in message
+    assert "expected: tensor of shape (2, 3), dtype torch.float32:\n[[0.09   0.2447 0.6652]" in message
+    assert "got:      tensor of shape (2, 3), dtype torch.float32:\n[[0.0474 0.0474 0.0474]" in message
+
+
+def test_large_values_are_shown_summarised_not_as_a_bare_shape():
+    with pytest.raises(ExerciseCheckFailed) as failure:
+        run_check("double", lambda x: 3 * x, [("400 numbers", (torch.arange(400.0),))], lambda x: 2 * x)
+    message = str(failure.value)
+    assert "got:      tensor of shape (400,), dtype torch.float32:\n[   0.    3.    6. ... 1191. 1194. 1197.]" in message
+
+
+def test_hints_nudge_first_and_tell_only_on_request():
+    def failure(hint):
+        with pytest.raises(ExerciseCheckFailed) as caught:
+            run_check("softmax", lambda x: x.softmax(dim=0), CASES, reference, hints=HINTS, hint=hint)
+        return str(caught.value)
+
+    assert failure(1).endswith("\nHint: which axis?\n(For a more specific hint, run the check again "
+                               "with hint=2.)")
+    assert failure(2).endswith("\nHint: which axis?\nHint 2: the last one: dim=-1")
+    assert failure(5).endswith("\nHint 2: the last one: dim=-1")
+    assert failure(0).endswith("values differ: at index (1, 0) expected 0.0900306, got 0.952574.\n"
+                               "  input:    (tensor of shape (2, 3), dtype torch.float32:\n"
+                               "[[0. 1. 2.]\n [3. 4. 5.]])\n  expected: tensor of shape (2, 3), "
+                               "dtype torch.float32:\n[[0.09   0.2447 0.6652]\n [0.09   0.2447 "
+                               "0.6652]]\n  got:      tensor of shape (2, 3), dtype torch.float32:"
+                               "\n[[0.0474 0.0474 0.0474]\n [0.9526 0.9526 0.9526]]\n(For a hint, "
+                               "run the check again with hint=1.)")
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="hint must be a whole number >= 0"):
+            run_check("softmax", reference, CASES, reference, hints=HINTS, hint=bad)
+
+
+def test_a_check_compared_through_a_function_shows_the_learners_own_value():
+    lengths = [("B=1, T=3", (1, 3))]
+    through = ("passed to d2lh.masked_softmax as valid lengths",
+               lambda lens, B, T: d2lh.masked_softmax(torch.zeros(B, T, T), lens))
+    expected = lambda B, T: torch.arange(1, T + 1).expand(B, T)
+    with pytest.raises(ExerciseCheckFailed) as failure:
+        run_check("lens", lambda B, T: torch.arange(T).expand(B, T), lengths, expected,
+                  compare_through=through)
+    message = str(failure.value)
+    assert ("what it returned, passed to d2lh.masked_softmax as valid lengths, does not give the "
+            "expected result: values differ: at index (0, 0, 0) expected 1, got 0") in message
+    assert "expected: tensor of shape (1, 3), dtype torch.int64:\n[[1 2 3]]" in message
+    assert "got:      tensor of shape (1, 3), dtype torch.int64:\n[[0 1 2]]" in message
+    with pytest.raises(ExerciseCheckFailed, match="what it returned raised ValueError when passed"):
+        run_check("lens", lambda B, T: torch.arange(T + 1), lengths, expected, compare_through=through)
+    run_check("lens", lambda B, T: torch.arange(1, T + 1, dtype=torch.int32).expand(B, T),
+              lengths, expected, compare_through=through)
+
+
+def test_run_check_reports_wrong_shapes_errors_and_missing_work():
+    with pytest.raises(ExerciseCheckFailed, match=r"expected shape \(2, 3\), got shape \(2,\)"):
+        run_check("softmax", lambda x: x.sum(-1), CASES, reference)
+    with pytest.raises(ExerciseCheckFailed, match="raised IndexError"):
+        run_check("softmax", lambda x: x[5], CASES, reference)
+
+    def not_done(x):
+        raise NotImplementedError()
+
+    with pytest.raises(ExerciseCheckFailed, match="not implemented yet"):
+        run_check("softmax", not_done, CASES, reference)
+
+    def unsupported(x):  # PyTorch's own NotImplementedError is an error, not a stub
+        raise NotImplementedError("not supported for this dtype")
+
+    with pytest.raises(ExerciseCheckFailed, match="raised NotImplementedError: not supported"):
+        run_check("softmax", unsupported, CASES, reference)
+
+
+def test_run_check_catches_a_function_that_modifies_its_input():
+    def right_answer_but_clobbers_input(x):
+        result = reference(x)
+        x.zero_()
+        return result
+
+    with pytest.raises(ExerciseCheckFailed, match=r"modified its input argument\(s\) \[0\]"):
+        run_check("softmax", right_answer_but_clobbers_input, CASES, reference)
+
+
+def test_warnings_of_the_learners_function_go_to_standard_output(capsys):
+    import warnings
+
+    def warns(x):
+        warnings.warn("careful", UserWarning)
+        return reference(x)
+
+    run_check("softmax", warns, CASES, reference)
+    captured = capsys.readouterr()
+    assert captured.out == ("Your function warned: UserWarning: careful\n"
+                            "Correct: softmax passed all 2 checks.\n")
+    assert captured.err == "", "nbgrader grades a test cell with standard-error output 0"
+
+
+def test_failed_checks_are_assertion_errors_for_nbgrader():
+    assert issubclass(ExerciseCheckFailed, AssertionError)
+
+
+def test_run_check_compares_arrays_numbers_and_tuples(capsys):
+    cases = [("a 2x2 array", (np.array([[1.0, 2.0], [3.0, 4.0]]),))]
+    run_check("pair", lambda a: (a.sum(), a * 2), cases, lambda a: (a.sum(), a * 2))
+    assert capsys.readouterr().out == "Correct: pair passed all 1 checks.\n"
+    with pytest.raises(ExerciseCheckFailed, match=r"result 1 of the tuple: values differ"):
+        run_check("pair", lambda a: (a.sum(), a * 3), cases, lambda a: (a.sum(), a * 2))
+    with pytest.raises(ExerciseCheckFailed, match=r"expected a tuple of 2 results"):
+        run_check("pair", lambda a: a.sum(), cases, lambda a: (a.sum(), a * 2))
+    with pytest.raises(ExerciseCheckFailed, match=r"expected 10, got 11"):
+        run_check("total", lambda a: float(a.sum() + 1), cases, lambda a: a.sum())
+    with pytest.raises(ExerciseCheckFailed, match=r"modified its input"):
+        run_check("total", lambda a: (a.sum(), a.fill(0))[0], cases, lambda a: a.sum())
+
+
+def test_run_check_wants_float64_results_for_float64_inputs():
+    cases = [("float64", (torch.ones(2, 3, dtype=torch.float64),))]
+    with pytest.raises(ExerciseCheckFailed, match="expected dtype float64"):
+        run_check("softmax", lambda x: reference(x).float(), cases, reference)
+    run_check("softmax", lambda x: reference(x.float()).double(), cases, reference)
+
+
+def test_run_check_rejects_a_learner_fn_that_is_not_a_function():
+    with pytest.raises(ValueError, match="learner_fn must be a function, got int"):
+        run_check("softmax", 3, CASES, reference)
+
+
+# What a learner sees in Jupyter ----------------------------------------------------------------
+
+def checking_code_lines() -> set[str]:
+    """The lines of the checking code that could give an answer away."""
+    return {line.strip() for path in (ROOT / "d2lhelpers" / "exercises").glob("*.py")
+            for line in path.read_text().splitlines() if len(line.strip()) > 12}
+
+
+def test_a_failure_shows_no_line_of_the_checking_code_but_the_learners_own_frames():
+    def helper(lengths):
+        return lengths[10]  # the learner's bug
+
+    def causal_lens(batch_size, num_queries):
+        return helper(torch.arange(num_queries))
+
+    renderings = []
+    for wrong in (causal_lens, lambda B, T: torch.arange(T).expand(B, T)):
+        with pytest.raises(ExerciseCheckFailed) as failure:
+            exercises.check_causal_lens(wrong)
+        rendered = "\n".join(failure.value._render_traceback_())
+        assert rendered.endswith(f"ExerciseCheckFailed: {failure.value}")
+        renderings.append(rendered)
+    raised, wrong_value = renderings
+    assert "in helper\n    return lengths[10]  # the learner's bug" in raised
+    assert "IndexError: index 10 is out of bounds" in raised
+    assert wrong_value.startswith("ExerciseCheckFailed: causal_lens")  # no traceback at all
+    for rendered in renderings:
+        leaked = [line for line in rendered.splitlines() if line.strip() in checking_code_lines()]
+        assert not leaked and "exercises/" not in rendered, leaked
+
+
+# Hidden tests that cannot be patched away ----------------------------------------------------
+
+def always_correct(*args, **kwargs):
+    print("Correct")
+
+
+@pytest.fixture
+def patched_checks(monkeypatch):
+    """The checking code replaced as a solution cell could: issue 14's one line, and more."""
+    monkeypatch.setattr(d2lh.exercises, "run_check", always_correct)
+    for name in CHECKS:
+        monkeypatch.setattr(d2lh.exercises, name, always_correct)
+    for name, module in list(sys.modules.items()):
+        if name.startswith("d2lhelpers.exercises."):
+            monkeypatch.setattr(module, "run_check", always_correct, raising=False)
+
+
+def test_check_afresh_grades_with_a_copy_that_the_patches_do_not_reach(patched_checks, capsys):
+    def causal_lens(batch_size, num_queries):
+        raise NotImplementedError()
+
+    d2lh.exercises.check_causal_lens(causal_lens)
+    assert capsys.readouterr().out == "Correct\n"  # the visible check is fooled
+    with pytest.raises(AssertionError, match="causal_lens.*not implemented yet"):
+        check_afresh("check_causal_lens", causal_lens)
+    check_afresh("check_causal_lens", lambda B, T: torch.arange(1, T + 1).repeat(B, 1))
+    assert capsys.readouterr().out == \
+        "Correct: causal_lens (through d2lh.masked_softmax) passed all 5 checks.\n"
+    assert not [name for name in sys.modules if "afresh" in name], "the copy is not left behind"
+    with pytest.raises(ValueError, match="check must name a check of d2lhelpers.exercises, got 'run_check'"):
+        check_afresh("run_check", always_correct)
+
+
+def test_the_generated_hidden_tests_fail_an_unsolved_exercise_despite_the_patch(patched_checks, capsys):
+    cell = "d2lh.exercises.check_causal_lens(causal_lens)\n" + authoring.hidden_tests_source(
+        [("check_causal_lens", "causal_lens")])
+    namespace = {"d2lh": d2lh, "causal_lens": lambda B, T: torch.zeros(B, T)}
+    with pytest.raises(AssertionError, match="values differ"):
+        exec(cell, namespace)
+    assert capsys.readouterr().out == "Correct\n"
+    namespace["causal_lens"] = lambda B, T: torch.arange(1, T + 1).repeat(B, 1)
+    exec(cell, namespace)
+    assert capsys.readouterr().out == \
+        "Correct\nCorrect: causal_lens (through d2lh.masked_softmax) passed all 5 checks.\n"
