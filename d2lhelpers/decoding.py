@@ -25,7 +25,6 @@ search) and 10_beyond_2017 (sampling).
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -57,37 +56,45 @@ class NextLogits:
     """The logits of the next token after each row's tokens so far: the one step every decoding
     loop takes, with or without a key-value cache.
 
-    ``step(new_tokens (B, T_new), state)`` -> logits (B, T_new, V) advances ``state``, the state
-    before any token (e.g. ``model.decoder.step`` and ``model.decoder.init_state(...)``, or a
-    language model's ``step`` and ``init_state()``). Calling ``next_logits(tokens)`` with the
-    tokens so far (B, T) returns (B, V). With ``use_cache`` only the tokens not fed before are fed,
-    the state keeping the keys and values of the others; without, all T tokens are fed again, to a
-    copy of the initial state. The two give the same logits (up to rounding).
-    :meth:`reorder` keeps rows of the batch (beam search).
+    ``step(new_tokens (B, T_new), state)`` -> logits (B, T_new, V) advances a decoding state;
+    ``init_state()`` makes the state before any token (e.g. ``model.decoder.step`` and a function
+    returning ``model.decoder.init_state(enc_outputs, src_valid_lens)``, or a language model's
+    ``step`` and ``init_state``). Calling ``next_logits(tokens)`` with the tokens so far (B, T)
+    returns (B, V). With ``use_cache`` only the tokens not fed before are fed, one state keeping
+    the keys and values of the others; without, all T tokens are fed again to a fresh state. The
+    two give the same logits (up to rounding). :meth:`reorder` keeps rows of the batch (beam search).
     """
 
-    def __init__(self, step: Callable, state, use_cache: bool = True) -> None:
-        self.step, self.state, self.use_cache = step, state, use_cache
+    def __init__(self, step: Callable, init_state: Callable, use_cache: bool = True) -> None:
+        self.step, self.init_state, self.use_cache = step, init_state, use_cache
+        self.state = init_state() if use_cache else None
         self.num_fed = 0  # tokens of each row the cached state has seen
+        self.rows = None  # without a cache: the reorders so far, composed
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
-        if not self.use_cache:  # the whole prefix again, from the initial state
-            return self.step(tokens, copy.deepcopy(self.state))[:, -1]
-        new, self.num_fed = tokens[:, self.num_fed:], tokens.shape[1]
-        return self.step(new, self.state)[:, -1]
+        if self.use_cache:
+            new, self.num_fed = tokens[:, self.num_fed:], tokens.shape[1]
+            return self.step(new, self.state)[:, -1]
+        state = self.init_state()  # the whole prefix again, from the start
+        if self.rows is not None:
+            state.reorder(self.rows)
+        return self.step(tokens, state)[:, -1]
 
     def reorder(self, rows: torch.Tensor) -> None:
-        """Keep the rows ``rows`` (B_new,) of the batch, in that order (see the states' reorder)."""
-        self.state.reorder(rows)
+        """Keep the rows ``rows`` (B_new,) of the batch, in that order: row r becomes old row
+        ``rows[r]`` (see the states' ``reorder``)."""
+        if self.use_cache:
+            self.state.reorder(rows)
+        else:
+            self.rows = rows if self.rows is None else self.rows[rows]
 
 
 def _encoder_decoder_logits(model, src, src_valid_lens, use_cache: bool) -> NextLogits:
     """Encode ``src`` once (the encoder checks ``src`` and ``src_valid_lens``) and return the
     next-token logits of the decoder, starting from its initial state."""
     enc_outputs = model.encoder(src, src_valid_lens)
-    src_valid_lens = torch.as_tensor(src_valid_lens, device=src.device)
-    return NextLogits(model.decoder.step, model.decoder.init_state(enc_outputs, src_valid_lens),
-                      use_cache)
+    return NextLogits(model.decoder.step,
+                      lambda: model.decoder.init_state(enc_outputs, src_valid_lens), use_cache)
 
 
 @torch.no_grad()
@@ -378,7 +385,7 @@ def generate(model, prompt: torch.Tensor, max_new_tokens: int, temperature: floa
                          f"{tuple(prompt.shape)}")
     next_token_probs(torch.zeros(1, 2), temperature, top_k, top_p)  # checks the settings once
     model.eval()
-    next_logits = NextLogits(model.step, model.init_state(), use_cache)
+    next_logits = NextLogits(model.step, model.init_state, use_cache)
     sequence = prompt
     finished = torch.zeros(prompt.shape[0], dtype=torch.bool, device=prompt.device)
     for _ in range(max_new_tokens):

@@ -121,8 +121,11 @@ class BahdanauDecoder(nn.Module):
             raise ValueError(f"enc_outputs must have shape (B, T_src, H={self.num_hiddens}), "
                              f"got {shape}")
         B, T_src, H = enc_outputs.shape
+        if src_valid_lens is None:  # every source position is a token
+            src_valid_lens = torch.full((B,), T_src, device=enc_outputs.device)
         src_valid_lens = torch.as_tensor(src_valid_lens, device=enc_outputs.device)  # trusted
-        h_last = enc_outputs[torch.arange(B, device=enc_outputs.device), src_valid_lens - 1]
+        # whole numbers, possibly floating point (as the encoder allows): indices must be integers
+        h_last = enc_outputs[torch.arange(B, device=enc_outputs.device), src_valid_lens.long() - 1]
         s_0 = torch.tanh(self.W_s(h_last))  # (B, L*H)
         hidden = s_0.reshape(B, self.num_layers, H).transpose(0, 1).contiguous()  # (L, B, H)
         return BahdanauDecoderState(hidden, enc_outputs, src_valid_lens)
@@ -166,5 +169,6 @@ class BahdanauSeq2Seq(nn.Module):
                                        dropout)
 
     def forward(self, src, src_valid_lens, dec_input):
+        check_tokens(dec_input, "dec_input")  # an error names the argument the caller passed
         enc_outputs = self.encoder(src, src_valid_lens)
         return self.decoder(dec_input, enc_outputs, src_valid_lens)

@@ -6,6 +6,8 @@ import torch
 
 import d2lhelpers as d2lh
 
+F64 = torch.float64
+
 
 def test_set_seed_makes_every_generator_repeat():
     d2lh.set_seed(3)
@@ -45,8 +47,8 @@ def test_timer_records_runs():
     assert timer.cumsum() == pytest.approx([first, first + second])
 
 
-MODULES = ["basics", "plotting", "attention", "positional", "transformer", "data", "training",
-           "decoding", "bleu"]
+MODULES = ["basics", "plotting", "attention", "positional", "transformer", "rnn", "data",
+           "training", "decoding", "bleu", "decoder_only"]
 
 
 def test_every_public_name_is_imported_by_name_into_the_package():
@@ -92,3 +94,50 @@ def test_check_int_names_the_argument_and_the_value(value, minimum, message):
     with pytest.raises(ValueError, match=message):
         d2lh.check_int(value, "n", minimum)
     assert d2lh.check_int(7, "n") == 7
+
+
+@pytest.mark.parametrize("tokens", [torch.zeros(2, 3, dtype=torch.long),
+                                    torch.zeros(1, 0, dtype=torch.int32),
+                                    torch.zeros(4, 1, dtype=torch.uint8)])
+def test_check_tokens_returns_integer_matrices(tokens):
+    assert d2lh.check_tokens(tokens, "src") is tokens
+
+
+@pytest.mark.parametrize("tokens, message", [
+    ([[1, 2]], r"^src must be a tensor of token indices of shape \(B, T\), got list$"),
+    (torch.zeros(2, 3), r"^src must hold integer token indices, got dtype torch.float32$"),
+    (torch.zeros(2, 3, dtype=torch.bool), r"^src must hold integer token indices, got dtype torch.bool$"),
+    (torch.zeros(2, 3, dtype=torch.complex64), r"got dtype torch.complex64$"),
+    (torch.zeros(5, dtype=torch.long), r"^src must have shape \(B, T\), got \(5,\)$"),
+    (torch.zeros(1, 2, 3, dtype=torch.long), r"^src must have shape \(B, T\), got \(1, 2, 3\)$"),
+])
+def test_check_tokens_names_the_argument_and_what_it_saw(tokens, message):
+    with pytest.raises(ValueError, match=message):
+        d2lh.check_tokens(tokens, "src")
+
+
+def test_memory_tracker_counts_what_is_held_at_once():
+    before = torch.ones(1000)  # made before the block: not counted
+    with d2lh.TensorMemoryTracker() as tracker:
+        a = torch.zeros(256)  # 1,024 bytes
+        view = a[10:20].view(2, 5)  # a view: no new memory
+        b = a + 1  # 1,024 more: peak 2,048
+        del a, view, b  # both freed
+        c = torch.zeros(128, dtype=F64)  # 1,024 bytes again
+        before.mul_(2)  # in place: nothing new
+    assert tracker.peak_bytes == 2048
+    assert tracker.current_bytes == 1024 and c.numel() == 128
+
+
+def test_host_sync_counter_of_the_tests_sees_every_kind_of_read(host_syncs):
+    """The ``host_syncs`` fixture (tests/conftest.py), which the model tests rely on."""
+    x = torch.tensor([1.0, 2.0])
+    assert host_syncs(lambda: x.sum().item()) == 1
+    assert host_syncs(lambda: bool((x > 1).any())) == 1
+    assert host_syncs(lambda: int(x[0])) == 1
+    assert host_syncs(lambda: torch.equal(x, x)) == 1
+    assert host_syncs(lambda: x.tolist()) == 1  # no operation is dispatched: seen all the same
+    assert host_syncs(lambda: [x.tolist(), x.max().item()]) == 2
+    assert host_syncs(lambda: x[x.argmax()]) == 1  # a tensor index is read to pick the element
+    assert host_syncs(lambda: (x * 2 + 1).softmax(0).gather(0, x.argmax()[None])) == 0  # computing
+    assert x.tolist() == [1.0, 2.0]  # tolist is itself again outside the counter

@@ -1,9 +1,8 @@
-"""The paper's training recipe and decoding: label smoothing stays finite and is what it claims to
-be, the warm-up learning-rate schedule follows its formula, and beam search finds better sequences
-than greedy decoding, equals it at width 1, and gives the same result with and without the
-key-value cache."""
+"""Unit tests of d2lhelpers.decoding: greedy decoding and beam search (beam search finds better
+sequences than greedy decoding, equals it at width 1, and gives the same result with and without
+the key-value cache), the next-token logits with and without the cache, and sampling: filters that
+map logits to logits, one softmax, generation from a language model."""
 
-import functools
 import math
 
 import pytest
@@ -13,171 +12,6 @@ from torch import nn
 import d2lhelpers as d2lh
 
 # --------------------------------------------------------------------------------------------------
-# Label smoothing
-# --------------------------------------------------------------------------------------------------
-
-
-def smoothed_loss_by_hand(logits, targets, valid_lens, eps):
-    """Cross-entropy against (1 - eps) one-hot + eps / V uniform, averaged over valid positions."""
-    B, T, V = logits.shape
-    total, count = 0.0, 0
-    for b in range(B):
-        for t in range(int(valid_lens[b])):
-            log_p = torch.log_softmax(logits[b, t].double(), dim=-1)
-            q = torch.full((V,), eps / V, dtype=torch.float64)
-            q[targets[b, t]] += 1 - eps
-            total, count = total - (q * log_p).sum(), count + 1
-    return total / count
-
-
-@pytest.mark.parametrize("eps", [0.0, 0.1, 0.4])
-def test_label_smoothing_is_cross_entropy_against_the_smoothed_distribution(eps):
-    torch.manual_seed(0)
-    logits, targets = torch.randn(3, 5, 7), torch.randint(0, 7, (3, 5))
-    valid_lens = torch.tensor([5, 2, 0])
-    loss = d2lh.masked_cross_entropy(logits, targets, valid_lens, label_smoothing=eps)
-    expected = smoothed_loss_by_hand(logits, targets, valid_lens, eps)
-    torch.testing.assert_close(loss.double(), expected)
-
-
-def test_label_smoothing_zero_is_plain_cross_entropy():
-    torch.manual_seed(1)
-    logits, targets = torch.randn(2, 4, 6), torch.randint(0, 6, (2, 4))
-    valid_lens = torch.tensor([3, 4])
-    valid = torch.arange(4)[None, :] < valid_lens[:, None]
-    nll = -torch.log_softmax(logits, dim=-1).gather(2, targets[..., None]).squeeze(2)  # (B, T)
-    torch.testing.assert_close(d2lh.masked_cross_entropy(logits, targets, valid_lens, 0.0),
-                               nll[valid].mean())
-
-
-@pytest.mark.parametrize("eps", [0.0, 0.1])
-@pytest.mark.parametrize("fill", [float("inf"), float("-inf"), float("nan"), 1e30])
-def test_padding_never_makes_the_loss_or_its_gradient_infinite(eps, fill):
-    torch.manual_seed(2)
-    logits, targets = torch.randn(2, 4, 6), torch.randint(0, 6, (2, 4))
-    valid_lens = torch.tensor([4, 2])
-    clean = d2lh.masked_cross_entropy(logits, targets, valid_lens, eps)
-    dirty = logits.clone()
-    dirty[1, 2:] = fill  # padding positions of sequence 1 hold garbage
-    dirty.requires_grad_(True)
-    loss = d2lh.masked_cross_entropy(dirty, targets, valid_lens, eps)
-    loss.backward()
-    torch.testing.assert_close(loss, clean)
-    assert torch.isfinite(dirty.grad).all()
-    assert torch.all(dirty.grad[1, 2:] == 0)  # padding gets no gradient
-
-
-@pytest.mark.parametrize("scale", [1e3, 1e6, 1e30])
-def test_label_smoothing_stays_finite_on_extreme_logits(scale):
-    torch.manual_seed(3)
-    logits = (torch.randn(2, 3, 5) * scale).requires_grad_(True)
-    targets = torch.randint(0, 5, (2, 3))
-    loss = d2lh.masked_cross_entropy(logits, targets, torch.tensor([3, 3]), label_smoothing=0.1)
-    loss.backward()
-    assert torch.isfinite(loss) and torch.isfinite(logits.grad).all()
-
-
-def test_smoothed_loss_is_smallest_at_the_smoothed_distribution():
-    eps, V = 0.1, 5
-    targets = torch.tensor([[2]])
-    q = torch.full((V,), eps / V)
-    q[2] += 1 - eps
-    # logits equal to log q predict exactly the smoothed target: the gradient vanishes there...
-    logits = q.log().reshape(1, 1, V).requires_grad_(True)
-    loss = d2lh.masked_cross_entropy(logits, targets, torch.tensor([1]), eps)
-    loss.backward()
-    torch.testing.assert_close(logits.grad, torch.zeros_like(logits.grad), atol=1e-6, rtol=0)
-    # ... and the loss there is the entropy of q, above 0: a one-hot prediction cannot reach it
-    torch.testing.assert_close(loss, -(q * q.log()).sum())
-    confident = torch.tensor([[[0.0, 0.0, 20.0, 0.0, 0.0]]])
-    assert d2lh.masked_cross_entropy(confident, targets, torch.tensor([1]), eps) > loss
-
-
-# --------------------------------------------------------------------------------------------------
-# The warm-up learning-rate schedule
-# --------------------------------------------------------------------------------------------------
-
-
-def test_schedule_follows_the_formula():
-    d_model, warmup = 512, 4000
-    for step in (1, 10, 3999, 4000, 4001, 100_000):
-        expected = d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
-        assert d2lh.transformer_lr(step, d_model, warmup) == pytest.approx(expected, rel=1e-12)
-    assert d2lh.transformer_lr(1, 512, 4000) == pytest.approx(512 ** -0.5 * 4000 ** -1.5)
-    assert d2lh.transformer_lr(100, 64, 10, factor=2.0) == pytest.approx(2 * 64 ** -0.5 * 0.1)
-
-
-@pytest.mark.parametrize("warmup", [1, 7, 400])
-def test_schedule_rises_linearly_peaks_at_warmup_then_decays(warmup):
-    lrs = [d2lh.transformer_lr(s, 64, warmup) for s in range(1, 4 * warmup + 2)]
-    peak = max(range(len(lrs)), key=lrs.__getitem__) + 1
-    assert peak == warmup
-    assert lrs[warmup - 1] == pytest.approx((64 * warmup) ** -0.5)
-    assert all(a < b for a, b in zip(lrs[:warmup - 1], lrs[1:warmup]))  # up, strictly
-    assert all(a > b for a, b in zip(lrs[warmup - 1:], lrs[warmup:]))  # then down, strictly
-    for s in range(1, warmup + 1):  # linear during warm-up
-        assert lrs[s - 1] == pytest.approx(s * lrs[0])
-
-
-def test_schedule_with_lambda_lr_sets_the_optimizer_learning_rate():
-    parameter = nn.Parameter(torch.zeros(1))
-    optimizer = torch.optim.SGD([parameter], lr=1.0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda i: d2lh.transformer_lr(i + 1, 16, warmup_steps=3))
-    for step in range(1, 8):
-        assert optimizer.param_groups[0]["lr"] == pytest.approx(d2lh.transformer_lr(step, 16, 3))
-        optimizer.step()
-        scheduler.step()
-
-
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(step=0, d_model=8), "step must be a positive int, got 0"),
-    (dict(step=1, d_model=8, warmup_steps=0), "warmup_steps must be a positive int, got 0"),
-    (dict(step=1.5, d_model=8), "step must be a positive int, got 1.5"),
-    (dict(step=1, d_model=8, factor=-1.0), "factor must be positive, got -1.0"),
-])
-def test_schedule_rejects_bad_arguments(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        d2lh.transformer_lr(**kwargs)
-
-
-def tiny_copy_data():
-    words = ["a", "b", "c", "d"]
-    pairs = [(f"{x} {y}", f"{x} {y}") for x in words for y in words]
-    return d2lh.TranslationData(pairs, batch_size=4, num_steps=4, min_freq=1)
-
-
-def test_train_seq2seq_takes_an_optimizer_and_steps_the_scheduler_once_per_update():
-    data = tiny_copy_data()  # 16 pairs in batches of 4: 4 updates per epoch
-    torch.manual_seed(0)
-    model = d2lh.Transformer(len(data.src_vocab), len(data.tgt_vocab), d_model=8, num_heads=2,
-                             ffn_hidden=8, num_layers=1, dropout=0.0)
-    before = [p.detach().clone() for p in model.parameters()]
-    seen = []
-
-    def frozen(i):  # learning rate 0: nothing may change
-        seen.append(i)
-        return 0.0
-
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, frozen)
-    epochs = []
-    d2lh.train_seq2seq(model, data.train_loader(), 2, optimizer=optimizer, scheduler=scheduler,
-                       progress=False, on_epoch_end=lambda report: epochs.append(report.epoch_losses[:]))
-    assert seen == list(range(9))  # LambdaLR asks for update 0's rate up front, then one per update
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
-    assert optimizer.state and all(s["step"] == 8 for s in optimizer.state.values())  # ours was used
-    assert [len(losses) for losses in epochs] == [1, 2]  # the callback sees the report after each epoch
-    # with the paper's schedule the parameters do move
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda i: d2lh.transformer_lr(i + 1, d_model=8, warmup_steps=4))
-    d2lh.train_seq2seq(model, data.train_loader(), 1, optimizer=optimizer, scheduler=scheduler,
-                       progress=False)
-    assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
-
-
-# --------------------------------------------------------------------------------------------------
 # Beam search
 # --------------------------------------------------------------------------------------------------
 
@@ -185,7 +19,7 @@ BOS, EOS, A, B, C, D = range(6)
 
 
 class _ZeroEncoder(nn.Module):
-    def forward(self, src, valid_lens=None):
+    def forward(self, src, src_valid_lens=None):
         return torch.zeros(src.shape[0], src.shape[1], 1)
 
 
@@ -323,7 +157,11 @@ def test_beam_search_reports_what_it_found(beam_size, alpha):
     (dict(beam_size=0), "beam_size must be a positive int, got 0"),
     (dict(length_penalty=-1.0), "length_penalty must be a finite number >= 0, got -1.0"),
     (dict(max_len=0), "max_len must be a positive int, got 0"),
-    (dict(src_valid_lens=torch.tensor([1, 2])), r"src_valid_lens \(2,\)"),
+    (dict(src_valid_lens=torch.tensor([1, 2])),
+     r"^src_valid_lens must have shape \(B,\)=\(6,\), got \(2,\)$"),
+    (dict(src_valid_lens=torch.tensor([5, 1, 3, 4, 2, 9])),
+     r"^src_valid_lens must be whole numbers in \[0, T_src=5\], got 9$"),
+    (dict(src=torch.zeros(6, 5)), r"^src must hold integer token indices, got dtype torch.float32$"),
 ])
 def test_beam_search_rejects_bad_arguments(kwargs, message):
     model, src, src_valid_lens = random_model()
@@ -334,8 +172,17 @@ def test_beam_search_rejects_bad_arguments(kwargs, message):
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(max_len=0), "max_len must be a positive int, got 0"),
-    (dict(src_valid_lens=torch.tensor([1, 2])), r"src_valid_lens \(2,\)"),
-    (dict(src=torch.zeros(5, dtype=torch.long)), r"src must have shape \(B, T_src\).*got src \(5,\)"),
+    (dict(src_valid_lens=torch.tensor([1, 2])),
+     r"^src_valid_lens must have shape \(B,\)=\(6,\), got \(2,\)$"),
+    (dict(src_valid_lens=torch.tensor([5, 1, 3, 7, 2, 5])),
+     r"^src_valid_lens must be whole numbers in \[0, T_src=5\], got 7$"),
+    (dict(src_valid_lens=torch.tensor([5, 1, 3, 7, 2, 6])),
+     r"^src_valid_lens must be whole numbers in \[0, T_src=5\], got \[7, 6\]$"),
+    (dict(src=torch.zeros(5, dtype=torch.long)), r"^src must have shape \(B, T\), got \(5,\)$"),
+    (dict(src=torch.zeros(6, 5)), r"^src must hold integer token indices, got dtype torch.float32$"),
+    (dict(src=torch.zeros(6, 5, dtype=torch.float64)),
+     r"^src must hold integer token indices, got dtype torch.float64$"),
+    (dict(src=[[3, 4, 5]]), r"^src must be a tensor of token indices of shape \(B, T\), got list$"),
 ])
 def test_greedy_decode_rejects_bad_arguments(kwargs, message):
     model, src, src_valid_lens = random_model()
@@ -355,3 +202,287 @@ def test_sequence_log_prob_counts_up_to_the_first_eos():
                                                         math.log(0.4 * p_b_b ** 3)]))
     with pytest.raises(ValueError, match=r"tokens must have shape \(B, T_out\) with B=2"):
         d2lh.sequence_log_prob(model, SRC.repeat(2, 1), SRC_LEN.repeat(2), tokens[:1], BOS, EOS)
+
+
+def test_greedy_decoding_gives_the_same_tokens_with_and_without_the_cache():
+    torch.manual_seed(0)
+    model = d2lh.Transformer(9, 12, d_model=16, num_heads=2, ffn_hidden=32, num_layers=2).eval()
+    src, src_valid_lens = torch.randint(3, 9, (4, 6)), torch.tensor([6, 1, 3, 5])
+    with_cache = d2lh.greedy_decode(model, src, src_valid_lens, bos=1, eos=2, max_len=12)
+    without = d2lh.greedy_decode(model, src, src_valid_lens, bos=1, eos=2, max_len=12, use_cache=False)
+    assert torch.equal(with_cache, without)
+    assert with_cache.shape[0] == 4 and with_cache.shape[1] <= 12
+    # after a sequence's <eos>, its row only holds <eos>
+    for row in with_cache.tolist():
+        if 2 in row:
+            assert set(row[row.index(2):]) == {2}
+
+
+def test_decoding_reads_the_source_lengths_once_at_the_encoder(host_syncs):
+    """The lengths are checked where they enter the model; the decoding loop adds no read of them
+    (it reads one value per step: whether every row has finished)."""
+    model, src, src_valid_lens = random_model()
+    with torch.no_grad():
+        assert host_syncs(model.encoder, src, src_valid_lens) == 1
+    for max_len in (1, 4):
+        assert host_syncs(d2lh.greedy_decode, model, src, src_valid_lens, BOS, EOS,
+                          max_len) <= 1 + max_len
+
+
+# --------------------------------------------------------------------------------------------------
+# The next-token logits, with and without the key-value cache
+# --------------------------------------------------------------------------------------------------
+
+
+def seq2seq_next_logits(model, src, src_valid_lens, use_cache):
+    enc_outputs = model.encoder(src, src_valid_lens)
+    return d2lh.NextLogits(model.decoder.step,
+                           lambda: model.decoder.init_state(enc_outputs, src_valid_lens), use_cache)
+
+
+def transformer_case():
+    torch.manual_seed(7)
+    model = d2lh.Transformer(9, 12, d_model=16, num_heads=2, ffn_hidden=32, num_layers=2,
+                             dropout=0.0).double().eval()
+    src, src_valid_lens = torch.randint(3, 9, (3, 5)), torch.tensor([5, 2, 4])
+    return (lambda use_cache: seq2seq_next_logits(model, src, src_valid_lens, use_cache),
+            lambda tokens, rows: model(src[rows], src_valid_lens[rows], tokens))
+
+
+def bahdanau_case():
+    torch.manual_seed(8)
+    model = d2lh.BahdanauSeq2Seq(9, 12, embed_size=8, num_hiddens=16, num_layers=2,
+                                 dropout=0.0).double().eval()
+    src, src_valid_lens = torch.randint(3, 9, (3, 5)), torch.tensor([5, 2, 4])
+    return (lambda use_cache: seq2seq_next_logits(model, src, src_valid_lens, use_cache),
+            lambda tokens, rows: model(src[rows], src_valid_lens[rows], tokens))
+
+
+def language_model_case():
+    torch.manual_seed(9)
+    model = d2lh.DecoderOnlyLM(12, d_model=16, num_heads=4, num_kv_heads=2, ffn_hidden=32,
+                               num_layers=2, dropout=0.0).double().eval()
+    return (lambda use_cache: d2lh.NextLogits(model.step, model.init_state, use_cache),
+            lambda tokens, rows: model(tokens))
+
+
+@pytest.mark.parametrize("case", [transformer_case, bahdanau_case, language_model_case],
+                         ids=["Transformer", "BahdanauSeq2Seq", "DecoderOnlyLM"])
+def test_next_logits_with_and_without_the_cache_agree_before_and_after_reorder(case):
+    make_next_logits, teacher_forcing = case()
+    cached, recomputed = make_next_logits(True), make_next_logits(False)
+    tokens = torch.randint(0, 12, (3, 9), generator=torch.Generator().manual_seed(0))
+    rows = torch.arange(3)
+    # a first chunk of 2 tokens, then one at a time, then 2 at once (the cache takes any chunk)
+    for t in (2, 3, 4, 6):
+        logits = cached(tokens[:, :t])
+        assert logits.shape == (len(rows), 12)
+        torch.testing.assert_close(recomputed(tokens[:, :t]), logits)
+        torch.testing.assert_close(teacher_forcing(tokens[:, :t], rows)[:, -1], logits)
+    # keep rows 2, 0, 0 (as beam search keeps its best beams), then go on from there
+    reorder = torch.tensor([2, 0, 0])
+    for next_logits in (cached, recomputed):
+        next_logits.reorder(reorder)
+    rows, tokens = rows[reorder], tokens[reorder]
+    tokens[1, 6:] = (tokens[1, 6:] + 1) % 12  # the two copies of row 0 now continue differently
+    for t in (7, 9):
+        logits = cached(tokens[:, :t])
+        assert logits.shape == (3, 12)
+        torch.testing.assert_close(recomputed(tokens[:, :t]), logits)
+        torch.testing.assert_close(teacher_forcing(tokens[:, :t], rows)[:, -1], logits)
+    assert not torch.allclose(logits[1], logits[2])
+
+
+# --------------------------------------------------------------------------------------------------
+# Sampling: filters that map logits to logits, then one softmax; generation
+# --------------------------------------------------------------------------------------------------
+
+LOGITS = torch.tensor([[2.0, 1.0, 0.0, -1.0], [0.0, 3.0, 1.0, 1.5]])
+
+
+def kept_and_excluded(filtered, logits, scale=1.0):
+    """Assert that ``filtered`` holds -inf where it excludes a token and ``logits / scale`` where
+    it keeps one; return the boolean mask of kept tokens."""
+    assert filtered.shape == logits.shape and filtered.dtype == logits.dtype
+    kept = filtered != -math.inf
+    torch.testing.assert_close(filtered[kept], logits[kept] / scale)
+    return kept
+
+
+def test_scale_by_temperature_divides_the_logits():
+    for temperature in (0.5, 1, 2.0, 1e-3):
+        kept = kept_and_excluded(d2lh.scale_by_temperature(LOGITS, temperature), LOGITS, temperature)
+        assert kept.all()
+    assert torch.equal(d2lh.scale_by_temperature(LOGITS, 1.0), LOGITS)
+
+
+def test_temperature_zero_keeps_only_the_first_highest_logit():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0], [0.0, 3.0, 1.0, 3.0]])  # row 1: a tie at 3.0
+    greedy = d2lh.scale_by_temperature(logits, 0)
+    kept = kept_and_excluded(greedy, logits)  # the kept logit is unchanged
+    assert kept.tolist() == [[True, False, False, False], [False, True, False, False]]
+    assert torch.equal(d2lh.next_token_probs(logits, temperature=0),
+                       torch.tensor([[1.0, 0, 0, 0], [0, 1.0, 0, 0]]))
+
+
+def test_top_k_filter_keeps_the_k_highest_logits():
+    top2 = d2lh.top_k_filter(LOGITS, 2)
+    kept = kept_and_excluded(top2, LOGITS)
+    assert kept.tolist() == [[True, True, False, False], [False, True, False, True]]
+    assert torch.equal(d2lh.top_k_filter(LOGITS, 4), LOGITS)
+    assert torch.equal(d2lh.top_k_filter(LOGITS, 10), LOGITS)  # k >= V keeps everything
+    ties = torch.tensor([[1.0, 3.0, 1.0, 0.0]])  # ties at the k-th value are all kept
+    assert (d2lh.top_k_filter(ties, 2) != -math.inf).tolist() == [[True, True, True, False]]
+
+
+def test_top_p_filter_keeps_the_nucleus():
+    probs = torch.tensor([[0.5, 0.05, 0.3, 0.15], [0.25, 0.25, 0.25, 0.25]])
+    logits = probs.log()
+    # row 0: 0.5, then 0.5 + 0.3 = 0.8 >= 0.75: tokens 0 and 2 kept; row 1: three tokens reach 0.75
+    kept = kept_and_excluded(d2lh.top_p_filter(logits, 0.75), logits)
+    assert kept[0].tolist() == [True, False, True, False] and int(kept[1].sum()) == 3
+    kept = kept_and_excluded(d2lh.top_p_filter(logits, 0.4), logits)
+    assert kept[0].tolist() == [True, False, False, False]  # the most probable token alone
+    assert torch.equal(d2lh.top_p_filter(logits, 1.0), logits)
+    # the nucleus is taken of the distribution the logits give, whatever their offset
+    torch.testing.assert_close(d2lh.top_p_filter(logits + 7.0, 0.75), d2lh.top_p_filter(logits, 0.75) + 7.0)
+
+
+@pytest.mark.parametrize("temperature", [0, 0.5, 1.0, 2.0])
+@pytest.mark.parametrize("top_k", [None, 1, 2, 3])
+@pytest.mark.parametrize("top_p", [None, 0.3, 0.75, 1.0])
+def test_next_token_probs_is_the_softmax_of_the_filters_applied_in_turn(temperature, top_k, top_p):
+    logits = torch.randn(5, 7, generator=torch.Generator().manual_seed(0)) * 2
+    filtered = d2lh.scale_by_temperature(logits, temperature)
+    if top_k is not None:
+        filtered = d2lh.top_k_filter(filtered, top_k)
+    if top_p is not None:
+        filtered = d2lh.top_p_filter(filtered, top_p)
+    probs = d2lh.next_token_probs(logits, temperature, top_k, top_p)
+    torch.testing.assert_close(probs, torch.softmax(filtered, dim=-1))
+    assert torch.all((probs == 0) == (filtered == -math.inf))  # excluded: probability exactly 0
+    torch.testing.assert_close(probs.sum(dim=-1), torch.ones(5))
+
+
+def test_next_token_probs_temperature_and_top_k():
+    logits = LOGITS
+    torch.testing.assert_close(d2lh.next_token_probs(logits), torch.softmax(logits, dim=-1))
+    torch.testing.assert_close(d2lh.next_token_probs(logits, temperature=0.5),
+                               torch.softmax(2 * logits, dim=-1))
+    top2 = d2lh.next_token_probs(logits, top_k=2)
+    assert torch.equal(top2 > 0, torch.tensor([[True, True, False, False], [False, True, False, True]]))
+    torch.testing.assert_close(top2.sum(dim=-1), torch.ones(2))
+    torch.testing.assert_close(top2[0, :2], torch.softmax(logits[0, :2], dim=-1))
+    torch.testing.assert_close(d2lh.next_token_probs(logits, top_k=10), torch.softmax(logits, -1))
+    hot, cold = (d2lh.next_token_probs(logits, temperature=t).max(dim=-1).values for t in (2.0, 0.5))
+    assert torch.all(hot < torch.softmax(logits, -1).max(dim=-1).values) and torch.all(cold > hot)
+
+
+def test_next_token_probs_top_p_and_both_filters():
+    probs = torch.tensor([[0.5, 0.05, 0.3, 0.15], [0.25, 0.25, 0.25, 0.25]])
+    logits = probs.log()
+    got = d2lh.next_token_probs(logits, top_p=0.75)
+    torch.testing.assert_close(got[0], torch.tensor([0.5, 0, 0.3, 0]) / 0.8)
+    assert int((got[1] > 0).sum()) == 3
+    torch.testing.assert_close(d2lh.next_token_probs(logits, top_p=0.4)[0], torch.tensor([1.0, 0, 0, 0]))
+    torch.testing.assert_close(d2lh.next_token_probs(logits, top_p=1.0), probs)
+    # with top_k, the nucleus is taken among the k kept tokens, after renormalising them
+    both = d2lh.next_token_probs(logits, top_k=2, top_p=0.6)  # row 0: 0.5/0.8, 0.3/0.8 -> 0.625
+    torch.testing.assert_close(both[0], torch.tensor([1.0, 0, 0, 0]))
+
+
+TEMPERATURE_MESSAGE = r"^temperature must be a finite number >= 0, got "
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(temperature=-1.0), TEMPERATURE_MESSAGE + r"-1.0$"),
+    (dict(temperature=math.nan), TEMPERATURE_MESSAGE + r"nan$"),
+    (dict(temperature=math.inf), TEMPERATURE_MESSAGE + r"inf$"),
+    (dict(temperature=-math.inf), TEMPERATURE_MESSAGE + r"-inf$"),
+    (dict(temperature=True), TEMPERATURE_MESSAGE + r"True$"),
+    (dict(temperature="1"), TEMPERATURE_MESSAGE + r"'1'$"),
+    (dict(top_k=0), r"^top_k must be a positive int, got 0$"),
+    (dict(top_k=2.0), r"^top_k must be a positive int, got 2.0$"),
+    (dict(top_p=0.0), r"^top_p must be a number in \(0, 1\], got 0.0$"),
+    (dict(top_p=1.5), r"^top_p must be a number in \(0, 1\], got 1.5$"),
+    (dict(top_p=math.nan), r"^top_p must be a number in \(0, 1\], got nan$"),
+])
+def test_sampling_settings_are_checked(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        d2lh.next_token_probs(LOGITS, **kwargs)
+    with pytest.raises(ValueError, match=message):  # before generate feeds the model anything
+        d2lh.generate(small_lm(), torch.zeros(2, 3, dtype=torch.long), 4, **kwargs)
+
+
+@pytest.mark.parametrize("temperature", [math.nan, math.inf])
+def test_the_filter_itself_rejects_a_temperature_that_is_not_finite(temperature):
+    with pytest.raises(ValueError, match=TEMPERATURE_MESSAGE + str(temperature)):
+        d2lh.scale_by_temperature(LOGITS, temperature)
+
+
+@pytest.mark.parametrize("logits, message", [
+    (LOGITS[0], r"got dtype torch.float32, shape \(4,\)$"),
+    (LOGITS[None], r"got dtype torch.float32, shape \(1, 2, 4\)$"),
+    (LOGITS.long(), r"got dtype torch.int64, shape \(2, 4\)$"),
+    (LOGITS.tolist(), r"got list$"),
+])
+def test_next_token_probs_rejects_logits_that_are_not_a_float_matrix(logits, message):
+    with pytest.raises(ValueError, match=r"^logits must be a floating-point tensor of shape \(B, V\), "
+                                         + message):
+        d2lh.next_token_probs(logits)
+
+
+def small_lm(num_kv_heads=2, seed=6):
+    torch.manual_seed(seed)
+    return d2lh.DecoderOnlyLM(30, d_model=16, num_heads=4, num_kv_heads=num_kv_heads,
+                              ffn_hidden=32, num_layers=2, dropout=0.0).eval()
+
+
+def test_generate_with_and_without_cache_greedy_and_sampled():
+    model = small_lm()
+    prompt = torch.randint(30, (4, 3))
+    cached = d2lh.generate(model, prompt, 12, temperature=0)
+    assert cached.shape == (4, 12)
+    assert torch.equal(cached, d2lh.generate(model, prompt, 12, temperature=0, use_cache=False))
+    assert torch.equal(cached, d2lh.generate(model, prompt, 12, top_k=1))  # top-1 is greedy
+    assert torch.equal(cached, d2lh.generate(model, prompt, 12, top_p=1e-6))  # so is a tiny nucleus
+    draws = [d2lh.generate(model, prompt, 12, temperature=1.5,
+                           generator=torch.Generator().manual_seed(0)) for _ in range(2)]
+    assert torch.equal(draws[0], draws[1]) and not torch.equal(draws[0], cached)
+    cached_draw = d2lh.generate(model, prompt, 12, temperature=1.5, use_cache=False,
+                                generator=torch.Generator().manual_seed(0))
+    assert torch.equal(cached_draw, draws[0])  # the same draws from the same distributions
+    # greedy continuation equals the argmax of teacher forcing on the generated sequence
+    sequence = torch.cat([prompt, cached], dim=1)
+    with torch.no_grad():
+        assert torch.equal(model(sequence)[:, 2:-1].argmax(dim=-1), cached)
+
+
+def test_generate_keeps_finished_rows_at_eos_and_stops():
+    model = small_lm()
+    prompt = torch.randint(30, (3, 2))
+    free = d2lh.generate(model, prompt, 6, temperature=0)
+    eos = int(free[0, 1])  # row 0 produces it at its second token
+    out = d2lh.generate(model, prompt, 50, temperature=0, eos=eos)
+    assert torch.all(out[0, 1:] == eos)
+    for row in range(3):
+        produced = (out[row] == eos).nonzero()
+        if len(produced):
+            assert torch.all(out[row, produced[0, 0]:] == eos)
+    assert out.shape[1] == 50 or torch.all((out == eos).any(dim=1))
+
+
+@pytest.mark.parametrize("prompt, message", [
+    (torch.zeros(3, 0, dtype=torch.long),
+     r"^prompt must hold at least one token per row, got shape \(3, 0\)$"),
+    (torch.zeros(2, 3), r"^prompt must hold integer token indices, got dtype torch.float32$"),
+    (torch.zeros(2, 3, dtype=torch.float16),
+     r"^prompt must hold integer token indices, got dtype torch.float16$"),
+    (torch.zeros(3, dtype=torch.long), r"^prompt must have shape \(B, T\), got \(3,\)$"),
+    ([[1, 2, 3]], r"^prompt must be a tensor of token indices of shape \(B, T\), got list$"),
+])
+def test_generate_rejects_a_bad_prompt_naming_it(prompt, message):
+    with pytest.raises(ValueError, match=message):
+        d2lh.generate(small_lm(), prompt, 5)
+    with pytest.raises(ValueError, match=r"^max_new_tokens must be a positive int, got 0$"):
+        d2lh.generate(small_lm(), torch.zeros(2, 3, dtype=torch.long), 0)

@@ -146,3 +146,32 @@ def test_show_heatmaps_ticks_are_whole_query_and_key_indices():
     ax = fig.axes[0]
     for ticks in (ax.get_xticks(), ax.get_yticks()):
         assert len(ticks) > 1 and all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_show_heatmaps_takes_a_fixed_colour_scale():
+    weights = torch.full((1, 2, 3, 3), 1 / 3) + 0.01 * torch.rand(1, 2, 3, 3)
+    fig = d2lh.show_heatmaps(weights, xlabel="keys", ylabel="queries", vmin=0, vmax=1)
+    assert {ax.images[0].get_clim() for ax in fig.axes[:2]} == {(0, 1)}
+
+
+def test_plot_runs_shows_every_run_and_each_methods_mean_with_its_interval():
+    runs = {"sinusoidal": [0.10, 0.20, 0.15, 0.12, 0.18], "learned": [0.30, 0.25, 0.40, 0.35]}
+    axes = d2lh.plot_runs(runs, ylabel="error")
+    for i, (values, dots) in enumerate(zip(runs.values(), axes.collections)):
+        x, y = np.asarray(dots.get_offsets()).T  # every run a dot near its method's position
+        np.testing.assert_allclose(sorted(y), sorted(values))
+        assert np.all(np.abs(x - i) < 0.5)
+    means = axes.lines[0]  # the means, as diamonds
+    np.testing.assert_allclose(means.get_ydata(), [np.mean(v) for v in runs.values()])
+    for i, (values, bar) in enumerate(zip(runs.values(), axes.lines[1:])):
+        low, high = np.nanmin(bar.get_ydata()), np.nanmax(bar.get_ydata())  # the interval's caps
+        assert min(values) <= low < np.mean(values) < high <= max(values)
+        assert np.nanmin(bar.get_xdata()) < i < np.nanmax(bar.get_xdata())
+    assert axes.get_ylabel() == "error"
+    assert [t.get_text() for t in axes.get_xticklabels()] == list(runs)
+
+
+@pytest.mark.parametrize("runs", [{}, {"a": []}])
+def test_plot_runs_rejects_empty_runs(runs):
+    with pytest.raises(ValueError, match="runs must map each method to at least one value"):
+        d2lh.plot_runs(runs, ylabel="error")

@@ -1,4 +1,5 @@
-"""Unit tests of d2lhelpers.positional: the sinusoidal positional encoding."""
+"""Unit tests of d2lhelpers.positional: the sinusoidal positional encoding and rotary position
+embeddings (RoPE), the latter checked against complex multiplication in float64."""
 
 from __future__ import annotations
 
@@ -144,3 +145,90 @@ def test_dropout_only_in_training_mode():
 
 def test_no_trainable_parameters():
     assert list(d2lh.PositionalEncoding(8).parameters()) == []
+
+
+# --------------------------------------------------------------------------------------------------
+# Rotary position embeddings (RoPE)
+
+F64 = torch.float64
+
+
+def reference_rotary(x, positions, base=10000.0):
+    """RoPE as complex multiplication: (x_2j + i x_2j+1) * exp(i m omega_j)."""
+    d_k = x.shape[-1]
+    omega = base ** (-torch.arange(0, d_k, 2, dtype=F64) / d_k)
+    angles = torch.as_tensor(positions, dtype=F64)[:, None] * omega
+    z = torch.view_as_complex(x.double().unflatten(-1, (-1, 2)).contiguous())
+    return torch.view_as_real(z * torch.polar(torch.ones_like(angles), angles)).flatten(-2)
+
+
+def test_rotary_frequencies_are_those_of_the_sinusoidal_encoding():
+    omega = d2lh.rotary_frequencies(16, dtype=F64)
+    assert omega.shape == (8,) and omega.dtype == F64 and omega[0] == 1
+    P = d2lh.PositionalEncoding(16, max_len=50).P[0].double()
+    positions = torch.arange(50, dtype=F64)[:, None]
+    torch.testing.assert_close(torch.sin(positions * omega).float().double(), P[:, 0::2])
+    torch.testing.assert_close(torch.cos(positions * omega).float().double(), P[:, 1::2])
+
+
+def test_apply_rotary_is_complex_multiplication_and_keeps_norms():
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 7, 8, dtype=F64)
+    positions = torch.tensor([0, 1, 2, 5, 11, 100, 4096])
+    y = d2lh.apply_rotary(x, positions)
+    torch.testing.assert_close(y, reference_rotary(x, positions))
+    torch.testing.assert_close(y.norm(dim=-1), x.norm(dim=-1))
+    torch.testing.assert_close(y[..., 0, :], x[..., 0, :])  # position 0: no rotation
+    assert y.dtype == F64 and y.shape == x.shape
+    assert d2lh.apply_rotary(x.float(), positions).dtype == torch.float32
+    assert d2lh.apply_rotary(x.half(), positions).dtype == torch.float16
+
+
+def test_rotary_score_depends_on_the_offset_only():
+    torch.manual_seed(1)
+    q, k = torch.randn(1, 32, dtype=F64), torch.randn(1, 32, dtype=F64)
+    for m, n in [(0, 3), (7, 10), (100, 103), (5, 2), (1000, 997)]:
+        for shift in (0, 1, 17, 500):
+            here = d2lh.apply_rotary(q, [m]) @ d2lh.apply_rotary(k, [n]).T
+            moved = d2lh.apply_rotary(q, [m + shift]) @ d2lh.apply_rotary(k, [n + shift]).T
+            torch.testing.assert_close(here, moved)
+    # ... and it does depend on the offset
+    assert not torch.allclose(d2lh.apply_rotary(q, [0]) @ d2lh.apply_rotary(k, [1]).T,
+                              d2lh.apply_rotary(q, [0]) @ d2lh.apply_rotary(k, [2]).T)
+
+
+def test_rotary_embedding_offset_continues_the_positions():
+    rope = d2lh.RotaryEmbedding(8, base=100.0)
+    assert list(rope.parameters()) == [] and list(rope.buffers()) == []  # nothing to learn or store
+    x = torch.randn(2, 6, 8)
+    full = rope(x)
+    torch.testing.assert_close(full[:, 4:], rope(x[:, 4:], offset=4))
+    torch.testing.assert_close(full, d2lh.apply_rotary(x, torch.arange(6), base=100.0))
+    torch.testing.assert_close(full.double(), reference_rotary(x, torch.arange(6), base=100.0))
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: d2lh.apply_rotary(torch.zeros(3, 5), torch.arange(3)),
+     r"x must have shape \(..., T, d_k\) with d_k even, got \(3, 5\)"),
+    (lambda: d2lh.apply_rotary(torch.zeros(3, 4), torch.arange(4)),
+     r"positions must have shape \(T,\)=\(3,\) for x of shape \(3, 4\), got \(4,\)"),
+    (lambda: d2lh.RotaryEmbedding(7), "d_k must be even .*got d_k=7"),
+    (lambda: d2lh.RotaryEmbedding(8, base=1.0), "base must be a number > 1, got 1.0"),
+    (lambda: d2lh.RotaryEmbedding(8)(torch.zeros(2, 3, 6)), r"x must have shape \(..., T, d_k=8\), "
+                                                            r"got \(2, 3, 6\)"),
+    (lambda: d2lh.RotaryEmbedding(8)(torch.zeros(2, 3, 8), offset=-1),
+     "offset must be a non-negative int, got -1"),
+])
+def test_rotary_bad_input_raises(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
+def test_rotary_rejects_integer_inputs(dtype):
+    """cos and sin cast back to integers would be 0 or 1: a silently wrong rotation."""
+    x = torch.ones(2, 3, 4, dtype=dtype)
+    with pytest.raises(ValueError, match=rf"^x must be floating point, got dtype {dtype}$"):
+        d2lh.apply_rotary(x, torch.arange(3))
+    with pytest.raises(ValueError, match=rf"^x must be floating point, got dtype {dtype}$"):
+        d2lh.RotaryEmbedding(4)(x)

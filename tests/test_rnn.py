@@ -1,6 +1,7 @@
-"""The RNN encoder-decoder with Bahdanau attention: shapes, the step equals its definition, padding
-never changes the output, decoding step by step equals teacher forcing, the decoders of
-d2lhelpers.decoding and the training loop serve it, and bad input is named."""
+"""Unit tests of d2lhelpers.rnn, the RNN encoder-decoder with Bahdanau attention: shapes, the step
+equals its definition, padding never changes the output, decoding step by step equals teacher
+forcing, the decoders of d2lhelpers.decoding and the training loop serve it, bad input is named as
+the caller named it, and the source lengths are read once, where they enter."""
 
 import pytest
 import torch
@@ -196,23 +197,64 @@ def test_train_seq2seq_translate_and_held_out_bleu_serve_it():
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda m, src, n, tgt: m(src, n[:2], tgt), r"src_valid_lens must be whole numbers of shape "
-                                                r"\(B,\)=\(3,\), got torch.int64 of shape \(2,\)"),
-    (lambda m, src, n, tgt: m(src, n.float(), tgt), r"got torch.float32 of shape \(3,\)"),
+    (lambda m, src, n, tgt: m(src, n[:2], tgt),
+     r"^src_valid_lens must have shape \(B,\)=\(3,\), got \(2,\)$"),
+    (lambda m, src, n, tgt: m(src, n[:, None].expand(3, 5), tgt),
+     r"^src_valid_lens must have shape \(B,\)=\(3,\), got \(3, 5\)$"),
     (lambda m, src, n, tgt: m(src, torch.tensor([6, 7, 1]), tgt),
-     r"valid_lens must lie in \[0, T_k=6\], got values from 1 to 7"),
-    (lambda m, src, n, tgt: m(src, torch.tensor([6, 0, 1]), tgt),
-     r"src_valid_lens must be at least 1 .*got \[6, 0, 1\]"),
-    (lambda m, src, n, tgt: m(src[0], n, tgt),
-     r"tokens must be integer token indices of shape \(B, T\), got \(6,\)"),
-    (lambda m, src, n, tgt: m(src.float(), n, tgt), r"tokens must be integer token indices"),
+     r"^src_valid_lens must be whole numbers in \[1, T_src=6\], got 7$"),
+    (lambda m, src, n, tgt: m(src, torch.tensor([6, 0, 1]), tgt),  # the decoder starts from the
+     r"^src_valid_lens must be whole numbers in \[1, T_src=6\], got 0$"),  # last source token
+    (lambda m, src, n, tgt: m(src, torch.tensor([6.0, 2.5, 1.0]), tgt),
+     r"^src_valid_lens must be whole numbers in \[1, T_src=6\], got 2.5$"),
+    (lambda m, src, n, tgt: m(src, torch.tensor([True, True, False]), tgt),
+     r"^src_valid_lens must hold whole numbers, got dtype torch.bool$"),
+    (lambda m, src, n, tgt: m(src[0], n, tgt), r"^src must have shape \(B, T\), got \(6,\)$"),
+    (lambda m, src, n, tgt: m(src.float(), n, tgt),
+     r"^src must hold integer token indices, got dtype torch.float32$"),
+    (lambda m, src, n, tgt: m(src, n, tgt.float()),
+     r"^dec_input must hold integer token indices, got dtype torch.float32$"),
+    (lambda m, src, n, tgt: m(src, n, tgt[0]), r"^dec_input must have shape \(B, T\), got \(5,\)$"),
+    (lambda m, src, n, tgt: m.decoder.step(tgt.double(), m.decoder.init_state(m.encoder(src, n), n)),
+     r"^tokens must hold integer token indices, got dtype torch.float64$"),
     (lambda m, src, n, tgt: m.decoder(tgt, torch.zeros(3, 6, H + 1), n),
      r"enc_outputs must have shape \(B, T_src, H=12\), got \(3, 6, 13\)"),
     (lambda m, src, n, tgt: m.decoder.step(tgt[:2], m.decoder.init_state(m.encoder(src, n), n)),
      r"tokens have batch size 2 but the state holds 3 rows \(hidden \(1, 3, 12\)\)"),
+    (lambda m, src, n, tgt: d2lh.greedy_decode(m, src.float(), n, BOS, EOS, 5),
+     r"^src must hold integer token indices, got dtype torch.float32$"),
+    (lambda m, src, n, tgt: d2lh.greedy_decode(m, src, torch.tensor([6, 2, 8]), BOS, EOS, 5),
+     r"^src_valid_lens must be whole numbers in \[1, T_src=6\], got 8$"),
+    (lambda m, src, n, tgt: d2lh.beam_search(m, src, torch.tensor([6, 2, 8]), BOS, EOS, 5),
+     r"^src_valid_lens must be whole numbers in \[1, T_src=6\], got 8$"),
 ])
 def test_bad_input_is_named(call, message):
     model = small_model()
     src, src_valid_lens, tgt = batch()
     with pytest.raises(ValueError, match=message):
         call(model, src, src_valid_lens, tgt)
+
+
+def test_source_lengths_may_be_any_whole_numbers():
+    """As everywhere in the package, lengths may come as a list or as whole floating-point numbers
+    (the door checks that they are whole)."""
+    model = small_model(num_layers=2)
+    src, src_valid_lens, tgt = batch()
+    with torch.no_grad():
+        expected = model(src, src_valid_lens, tgt)
+        for other in (src_valid_lens.tolist(), src_valid_lens.float(), src_valid_lens.int()):
+            torch.testing.assert_close(model(src, other, tgt), expected)
+    greedy = d2lh.greedy_decode(model, src, src_valid_lens, BOS, EOS, max_len=6)
+    assert torch.equal(d2lh.greedy_decode(model, src, src_valid_lens.double(), BOS, EOS, 6), greedy)
+
+
+@pytest.mark.parametrize("num_layers", [1, 2])
+def test_the_source_lengths_are_read_once_where_they_enter(host_syncs, num_layers):
+    model = small_model(num_layers)
+    src, src_valid_lens, tgt = batch()
+    assert host_syncs(model, src, src_valid_lens, tgt) <= 1
+    with torch.no_grad():
+        enc = model.encoder(src, src_valid_lens)
+        assert host_syncs(model.decoder, tgt, enc, src_valid_lens) == 0  # trusted
+        state = model.decoder.init_state(enc, src_valid_lens)
+        assert host_syncs(model.decoder.step, tgt[:, :1], state) == 0

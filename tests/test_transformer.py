@@ -1,5 +1,6 @@
-"""The course's Transformer blocks compute the same functions as PyTorch's, never look at the future
-or at padding, and decode with the key-value cache exactly as without it."""
+"""Unit tests of d2lhelpers.transformer: the course's Transformer blocks compute the same functions as
+PyTorch's layers built from them (``to_torch``), never look at the future or at padding, decode with
+the key-value cache exactly as without it, and read the source lengths once, where they enter."""
 
 import pytest
 import torch
@@ -15,82 +16,83 @@ def padding_mask(valid_lens, length):
     return torch.arange(length)[None, :] >= valid_lens[:, None]
 
 
+DTYPES = [torch.float32, torch.float64]
+
+
+def visible_biases(module):
+    """Give every bias and LayerNorm weight a visible random value (they start at 0 and 1), so that
+    a parameter copied to the wrong place would show; return the module."""
+    with torch.no_grad():
+        for name, parameter in module.named_parameters():
+            if name.endswith("bias") or ".norm" in name or "final_norm" in name:
+                parameter.normal_()
+    return module
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_encoder_block_equals_torch_encoder_layer(norm_first):
+def test_encoder_block_to_torch_computes_the_same_function(norm_first, dtype):
     torch.manual_seed(0)
-    ours = d2lh.EncoderBlock(D_MODEL, HEADS, FFN, dropout=0.0, norm_first=norm_first).double()
-    theirs = nn.TransformerEncoderLayer(D_MODEL, HEADS, FFN, dropout=0.0, batch_first=True,
-                                        norm_first=norm_first).double()
-    assert d2lh.copy_to_torch_layer(ours, theirs) is theirs
-    X = torch.randn(3, 7, D_MODEL, dtype=torch.float64)
+    ours = visible_biases(d2lh.EncoderBlock(D_MODEL, HEADS, FFN, dropout=0.1,
+                                            norm_first=norm_first)).to(dtype).eval()
+    theirs = ours.to_torch()
+    assert isinstance(theirs, nn.TransformerEncoderLayer) and not theirs.training
+    assert theirs.norm_first == norm_first and theirs.self_attn.batch_first
+    assert theirs.linear1.weight.dtype == dtype and theirs.dropout.p == 0.1
+    X = torch.randn(3, 7, D_MODEL, dtype=dtype)
     valid_lens = torch.tensor([7, 3, 5])
     expected = theirs(X, src_key_padding_mask=padding_mask(valid_lens, 7))
-    torch.testing.assert_close(ours(X, valid_lens), expected)
+    for need_weights in (False, True):
+        torch.testing.assert_close(ours(X, valid_lens, need_weights), expected)
+    torch.testing.assert_close(ours(X), theirs(X))
+    assert d2lh.EncoderBlock(D_MODEL, HEADS, FFN).to_torch().training  # the mode is copied too
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_decoder_block_equals_torch_decoder_layer(norm_first):
+def test_decoder_block_to_torch_computes_the_same_function(norm_first, dtype):
     torch.manual_seed(1)
-    ours = d2lh.DecoderBlock(D_MODEL, HEADS, FFN, dropout=0.0, norm_first=norm_first).double()
-    theirs = nn.TransformerDecoderLayer(D_MODEL, HEADS, FFN, dropout=0.0, batch_first=True,
-                                        norm_first=norm_first).double()
-    d2lh.copy_to_torch_layer(ours, theirs)
-    X = torch.randn(2, 6, D_MODEL, dtype=torch.float64)
-    memory = torch.randn(2, 5, D_MODEL, dtype=torch.float64)
+    ours = visible_biases(d2lh.DecoderBlock(D_MODEL, HEADS, FFN, dropout=0.1,
+                                            norm_first=norm_first)).to(dtype).eval()
+    theirs = ours.to_torch()
+    assert isinstance(theirs, nn.TransformerDecoderLayer) and not theirs.training
+    assert theirs.norm_first == norm_first and theirs.linear1.weight.dtype == dtype
+    X = torch.randn(2, 6, D_MODEL, dtype=dtype)
+    memory = torch.randn(2, 5, D_MODEL, dtype=dtype)
     src_valid_lens = torch.tensor([2, 5])
-    causal = nn.Transformer.generate_square_subsequent_mask(6, dtype=torch.float64)
+    causal = nn.Transformer.generate_square_subsequent_mask(6, dtype=dtype)
     expected = theirs(X, memory, tgt_mask=causal,
                       memory_key_padding_mask=padding_mask(src_valid_lens, 5))
-    torch.testing.assert_close(ours(X, memory, src_valid_lens), expected)
-
-
-@pytest.mark.parametrize("bias", [False, True])
-def test_multihead_attention_copied_into_torch_computes_the_same(bias):
-    torch.manual_seed(2)
-    ours = d2lh.MultiHeadAttention(D_MODEL, HEADS, bias=bias).double()
-    theirs = d2lh.copy_to_torch_layer(
-        ours, nn.MultiheadAttention(D_MODEL, HEADS, bias=bias, batch_first=True).double())
-    queries = torch.randn(2, 3, D_MODEL, dtype=torch.float64)
-    keys = torch.randn(2, 5, D_MODEL, dtype=torch.float64)
-    valid_lens = torch.tensor([2, 5])
-    expected, _ = theirs(queries, keys, keys, key_padding_mask=padding_mask(valid_lens, 5))
-    torch.testing.assert_close(ours(queries, keys, keys, valid_lens), expected)
+    for need_weights in (False, True):
+        torch.testing.assert_close(ours(X, memory, src_valid_lens, need_weights), expected)
 
 
 @pytest.mark.filterwarnings("ignore:enable_nested_tensor")
-def test_pre_norm_transformer_stacks_equal_torch_transformer():
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pre_norm_transformer_to_torch_computes_the_same_function(dtype):
     torch.manual_seed(3)
-    ours = d2lh.Transformer(11, 13, D_MODEL, HEADS, FFN, num_layers=2, dropout=0.0,
-                            norm_first=True).double().eval()
-    theirs = nn.Transformer(D_MODEL, HEADS, 2, 2, FFN, dropout=0.0, batch_first=True,
-                            norm_first=True).double().eval()
-    d2lh.copy_to_torch_layer(ours, theirs)
+    ours = visible_biases(d2lh.Transformer(11, 13, D_MODEL, HEADS, FFN, num_layers=2, dropout=0.1,
+                                           norm_first=True)).to(dtype).eval()
+    theirs = ours.to_torch()
+    assert isinstance(theirs, nn.Transformer) and not theirs.training
+    assert len(theirs.encoder.layers) == len(theirs.decoder.layers) == 2
+    assert all(layer.norm_first for layer in [*theirs.encoder.layers, *theirs.decoder.layers])
     src, src_valid_lens = torch.randint(0, 11, (2, 6)), torch.tensor([6, 4])
     tgt = torch.randint(0, 13, (2, 5))
-    X_src, X_tgt = ours.encoder.embed(src), ours.decoder.embed(tgt)  # embeddings are ours alone
+    with torch.no_grad():
+        X_src, X_tgt = ours.encoder.embed(src), ours.decoder.embed(tgt)  # embeddings are ours alone
     memory_mask = padding_mask(src_valid_lens, 6)
-    out = theirs(X_src, X_tgt, tgt_mask=nn.Transformer.generate_square_subsequent_mask(5).double(),
+    out = theirs(X_src, X_tgt, tgt_mask=nn.Transformer.generate_square_subsequent_mask(5, dtype=dtype),
                  src_key_padding_mask=memory_mask, memory_key_padding_mask=memory_mask)
-    torch.testing.assert_close(ours(src, src_valid_lens, tgt), ours.decoder.output(out))
+    for need_weights in (False, True):
+        torch.testing.assert_close(ours(src, src_valid_lens, tgt, need_weights),
+                                   ours.decoder.output(out))
 
 
-def test_copy_to_torch_layer_rejects_mismatches():
-    block = d2lh.EncoderBlock(D_MODEL, HEADS, FFN, norm_first=False)
-    pre_norm = nn.TransformerEncoderLayer(D_MODEL, HEADS, FFN, batch_first=True, norm_first=True)
-    with pytest.raises(ValueError, match="norm_first mismatch: ours False, theirs True"):
-        d2lh.copy_to_torch_layer(block, pre_norm)
-    with pytest.raises(ValueError, match=r"ours \(16, 32\), theirs \(16, 64\)"):
-        d2lh.copy_to_torch_layer(block, nn.TransformerEncoderLayer(D_MODEL, HEADS, 64,
-                                                                   batch_first=True))
-    with pytest.raises(ValueError, match="num_heads=4"):
-        d2lh.copy_to_torch_layer(d2lh.MultiHeadAttention(D_MODEL, HEADS),
-                                 nn.MultiheadAttention(D_MODEL, 2, bias=False, batch_first=True))
-    with pytest.raises(ValueError, match="post-norm"):
-        d2lh.copy_to_torch_layer(small_model(), nn.Transformer(D_MODEL, HEADS, 2, 2, FFN,
-                                                               batch_first=True))
-    with pytest.raises(ValueError, match=r"pair \(EncoderBlock, TransformerDecoderLayer\)"):
-        d2lh.copy_to_torch_layer(block, nn.TransformerDecoderLayer(D_MODEL, HEADS, FFN,
-                                                                   batch_first=True))
+def test_to_torch_refuses_a_post_norm_transformer():
+    with pytest.raises(ValueError, match=r"this Transformer is post-norm \(norm_first=False\).*"
+                                         r"build it with norm_first=True"):
+        small_model(norm_first=False).to_torch()
 
 
 def test_layer_norm_worked_example():
@@ -199,11 +201,65 @@ def test_attention_weights_are_kept_for_every_block():
         assert torch.all(cross_weights[0, :, :, 3:] == 0)  # nothing from source padding
 
 
-def test_causal_valid_lens():
-    assert d2lh.causal_valid_lens(2, 3).tolist() == [[1, 2, 3], [1, 2, 3]]
-    assert d2lh.causal_valid_lens(1, 2, offset=4).tolist() == [[5, 6]]
-
-
 def test_tokens_must_be_a_matrix():
-    with pytest.raises(ValueError, match=r"tokens must have shape \(B, T\), got \(5,\)"):
+    with pytest.raises(ValueError, match=r"^src must have shape \(B, T\), got \(5,\)$"):
         small_model().encoder(torch.zeros(5, dtype=torch.long))
+    model = small_model()
+    state = model.decoder.init_state(model.encoder(torch.zeros(3, 4, dtype=torch.long)))
+    with pytest.raises(ValueError, match=r"^tokens must have shape \(B, T\), got \(3, 1, 1\)$"):
+        model.decoder.step(torch.zeros(3, 1, 1, dtype=torch.long), state)
+    with pytest.raises(ValueError, match=r"^tokens must hold integer token indices, got dtype "
+                                         r"torch.float32$"):
+        model.decoder.step(torch.zeros(3, 1), state)
+
+
+_g = torch.Generator().manual_seed(4)
+SRC, SRC_VALID_LENS, DEC_INPUT = (torch.randint(0, 11, (3, 6), generator=_g),
+                                  torch.tensor([6, 2, 4]), torch.randint(0, 13, (3, 5), generator=_g))
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda m: m(SRC.float(), SRC_VALID_LENS, DEC_INPUT),
+     r"^src must hold integer token indices, got dtype torch.float32$"),
+    (lambda m: m(SRC[0], SRC_VALID_LENS, DEC_INPUT), r"^src must have shape \(B, T\), got \(6,\)$"),
+    (lambda m: m(SRC, SRC_VALID_LENS, DEC_INPUT.float()),
+     r"^dec_input must hold integer token indices, got dtype torch.float32$"),
+    (lambda m: m(SRC, torch.tensor([6, 7, 4]), DEC_INPUT),
+     r"^src_valid_lens must be whole numbers in \[0, T_src=6\], got 7$"),
+    (lambda m: m(SRC, torch.tensor([9, 2, -1]), DEC_INPUT),
+     r"^src_valid_lens must be whole numbers in \[0, T_src=6\], got \[9, -1\]$"),
+    (lambda m: m(SRC, torch.tensor([6, 2.5, 4]), DEC_INPUT),
+     r"^src_valid_lens must be whole numbers in \[0, T_src=6\], got 2.5$"),
+    (lambda m: m(SRC, SRC_VALID_LENS[:2], DEC_INPUT),
+     r"^src_valid_lens must have shape \(B,\)=\(3,\), got \(2,\)$"),
+    (lambda m: m(SRC, SRC_VALID_LENS[:, None].expand(3, 6), DEC_INPUT),  # one length per sentence
+     r"^src_valid_lens must have shape \(B,\)=\(3,\), got \(3, 6\)$"),
+    (lambda m: m.encoder(SRC, torch.tensor([6, 7, 4])),
+     r"^src_valid_lens must be whole numbers in \[0, T_src=6\], got 7$"),
+])
+def test_bad_input_is_named_as_the_caller_named_it(call, message):
+    with pytest.raises(ValueError, match=message):
+        call(small_model())
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_the_source_lengths_are_read_once_where_they_enter(host_syncs, need_weights, norm_first):
+    """The encoder checks src_valid_lens (one read of their values); the blocks and the decoder
+    trust them, so a forward waits for the device at most once, on either attention path."""
+    model = small_model(norm_first)
+    src, src_valid_lens, tgt = SRC, SRC_VALID_LENS, DEC_INPUT
+    assert host_syncs(model, src, src_valid_lens, tgt, need_weights) <= 1
+    assert host_syncs(model, src, None, tgt, need_weights) <= 1
+    torch.manual_seed(5)
+    training = d2lh.Transformer(11, 13, D_MODEL, HEADS, FFN, num_layers=2, dropout=0.1,
+                                norm_first=norm_first).train()  # with dropout: the same
+    assert host_syncs(training, src, src_valid_lens, tgt, need_weights) <= 1
+    X, memory = torch.randn(3, 5, D_MODEL), torch.randn(3, 6, D_MODEL)
+    assert host_syncs(model.encoder.blocks[0], memory, src_valid_lens, need_weights) == 0
+    assert host_syncs(model.decoder.blocks[0], X, memory, src_valid_lens, need_weights) == 0
+    assert host_syncs(model.decoder.blocks[0], X, memory, None, need_weights) == 0
+    with torch.no_grad():
+        state = model.decoder.init_state(model.encoder(src, src_valid_lens), src_valid_lens)
+        assert host_syncs(model.decoder.step, tgt[:, :2], state, need_weights) == 0
+        assert host_syncs(model.decoder.step, tgt[:, 2:3], state, need_weights) == 0
