@@ -133,7 +133,11 @@ WATCHED: dict[str, dict[str, str]] = {
             "(relative_unseen - unseen_accuracy['sinusoidal']).min()",
     },
     "06_transformer": {
-        "embedding std, in standard errors from 0.25 (< 5)": "abs(raw_std - 0.25) / standard_error",
+        "post-norm stream: largest |std - 1| (< 0.01)": "(post_stds - 1).abs().max()",
+        "pre-norm stream: smallest growth per layer (> 0)": "(pre_stds[1:] - pre_stds[:-1]).min()",
+        "pre-norm stream: largest relative gap to sqrt(1 + layer) (< 0.15)":
+            "((pre_stds - torch.sqrt(1.0 + layers)).abs() / torch.sqrt(1.0 + layers)).max()",
+        "scaled embedding: |std - 1| (< 0.05)": "abs((table * math.sqrt(16)).std() - 1)",
         "W_q = W_k: share of tokens whose top score is their own (> 0.5)": "shared_self",
         "separate: share of tokens whose top score is their own (< 0.25)": "separate_self",
     },
