@@ -117,7 +117,7 @@ def nbgrader_source_notebook(notebook: dict, project: Project) -> dict:
         if cell["cell_type"] == "code" and (nbgrader_role(cell) or ("",))[0] == "check":
             source = source_of(cell)
             cell["source"] = source + "\n" + hidden_tests_source(check_calls(source))
-    return with_nbgrader_metadata(notebook)
+    return notebook
 
 
 def update_sources(paths: Sequence[Path]) -> list[tuple[Path, bool]]:
