@@ -300,12 +300,19 @@ def test_nbgrader_source_notebook_adds_hidden_tests_that_load_the_checks_afresh(
         "nbgrader's release and our student copies agree"
 
 
-def test_source_command_writes_nbgrader_source_notebooks_beside_the_teaching_ones(tmp_path, capsys):
-    path = a_project(tmp_path) / "01_demo.ipynb"
+def demo_notebook_file(folder):
+    """A stale notebook (old setup cell, hidden tests in its check cell) in a project in ``folder``:
+    its path and its content."""
+    path = a_project(folder) / "01_demo.ipynb"
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(OLD_SETUP),
                                                nbformat.v4.new_code_cell(SOLUTION_CELL),
                                                nbformat.v4.new_code_cell(CHECK_CELL)])
     nbformat.write(notebook, path)
+    return path, notebook
+
+
+def test_source_command_writes_nbgrader_source_notebooks_beside_the_teaching_ones(tmp_path, capsys):
+    path, notebook = demo_notebook_file(tmp_path)
     before = path.read_text()
     out = tmp_path / "course" / "source" / "demo"
     authoring.main(["source", str(path), "--out", str(out)])
@@ -320,11 +327,7 @@ def test_source_command_writes_nbgrader_source_notebooks_beside_the_teaching_one
 
 
 def test_update_command_rewrites_notebooks_in_place_and_says_which_changed(tmp_path, capsys):
-    path = a_project(tmp_path) / "01_demo.ipynb"
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(OLD_SETUP),
-                                               nbformat.v4.new_code_cell(SOLUTION_CELL),
-                                               nbformat.v4.new_code_cell(CHECK_CELL)])
-    nbformat.write(notebook, path)
+    path, _ = demo_notebook_file(tmp_path)
     authoring.main(["update", str(path)])
     authoring.main(["update", str(path)])
     assert capsys.readouterr().out.splitlines() == [f"updated {path}", f"unchanged {path}"]
@@ -332,6 +335,7 @@ def test_update_command_rewrites_notebooks_in_place_and_says_which_changed(tmp_p
     assert [c.metadata.nbgrader.grade_id for c in written.cells] == ["setup", "double", "check_double"]
     assert 'git+https://github.com/o/n@v2.0"' in written.cells[0].source
     assert written.cells[1].source == SOLUTION_CELL  # nothing else changes
+    assert written.cells[2].source == "d2lh.exercises.check_double(double)", "hidden tests removed"
 
 
 # nbgrader: a failed setup cell stops the grading -------------------------------------------------
