@@ -3,8 +3,10 @@
     python benchmarks/grading.py                                   # notebooks 01-03
     python benchmarks/grading.py notebooks/01_queries_keys_values.ipynb
 
-In a temporary course folder holding the repository's nbgrader_config.py, it copies the notebooks
-into source/<assignment>/, runs ``nbgrader generate_assignment``, builds four submissions from
+In a temporary course folder holding the repository's nbgrader_config.py, it writes nbgrader's
+source notebooks of the teaching notebooks into source/<assignment>/ (as ``python -m
+exercise_authoring source`` does: the hidden tests added to the check cells), runs ``nbgrader
+generate_assignment``, builds four submissions from
 the released notebooks, autogrades each one on its own (timing it), and prints the automatic
 points of every check cell against the points expected:
 
@@ -112,15 +114,16 @@ def nbgrader(course: pathlib.Path, *args: str, env: dict | None = None) -> subpr
                           capture_output=True, text=True, check=False)  # callers read the status
 
 
-def generate_assignment(course: pathlib.Path, notebooks: list[pathlib.Path]) -> None:
-    """A course folder with the repository's nbgrader configuration and the released assignment."""
-    (course / "source" / ASSIGNMENT).mkdir(parents=True)
+def generate_assignment(course: pathlib.Path, notebooks: list[pathlib.Path]) -> dict:
+    """A course folder with the repository's nbgrader configuration, nbgrader's source notebooks
+    of the teaching ``notebooks`` and the released assignment; return the source notebooks by
+    name."""
     shutil.copy(ROOT / "nbgrader_config.py", course)
-    for notebook in notebooks:
-        shutil.copy(notebook, course / "source" / ASSIGNMENT)
+    written = authoring.nbgrader_sources(notebooks, course / "source" / ASSIGNMENT)
     result = nbgrader(course, "generate_assignment", ASSIGNMENT)
     if result.returncode != 0:
         raise RuntimeError(f"nbgrader generate_assignment failed:\n{result.stderr}")
+    return {path.name: nbformat.read(path, as_version=4) for path in written}
 
 
 def exercises(source) -> list[tuple[str, str]]:
@@ -198,11 +201,11 @@ def _children_cpu_seconds() -> float:
 
 def round_trip(notebooks: list[pathlib.Path], course: pathlib.Path, kinds=SUBMISSIONS,
                one_by_one: bool = True) -> list[Graded]:
-    """Generate the assignment from ``notebooks`` in the empty folder ``course``, write each
-    submission kind, and autograde them: one ``nbgrader autograde`` per submission (timed), or
-    all in one run (quicker; each submission's seconds are then those of the whole run)."""
-    generate_assignment(course, notebooks)
-    sources = {path.name: nbformat.read(path, as_version=4) for path in notebooks}
+    """Generate the assignment from the teaching ``notebooks`` in the empty folder ``course``,
+    write each submission kind, and autograde them: one ``nbgrader autograde`` per submission
+    (timed), or all in one run (quicker; each submission's seconds are then those of the whole
+    run)."""
+    sources = generate_assignment(course, notebooks)
     expected = {kind: write_submission(course, sources, kind) for kind in kinds}
     runs = {}
     for students in ([[kind] for kind in kinds] if one_by_one else [list(kinds)]):

@@ -1,8 +1,8 @@
-"""Authoring the course's exercises: the generated parts of the source notebooks, student copies,
-and what nbgrader needs.
+"""Authoring the course's exercises: the generated parts of the teaching notebooks, nbgrader's
+source notebooks, student copies, and what nbgrader needs.
 
-In a source notebook, a coding exercise's solution sits between nbgrader's markers, and its check
-cell calls the check; the hidden tests below the call are generated::
+In a teaching notebook (``notebooks/``), a coding exercise's solution sits between nbgrader's
+markers, and its check cell calls the check, on a line of its own::
 
     def multiplicative_scores(queries, keys, W):
         ### BEGIN SOLUTION
@@ -10,25 +10,32 @@ cell calls the check; the hidden tests below the call are generated::
         ### END SOLUTION
 
     d2lh.exercises.check_multiplicative_scores(multiplicative_scores)
+
+nbgrader's source notebook adds the hidden tests below the call, which a learner never reads::
+
+    d2lh.exercises.check_multiplicative_scores(multiplicative_scores)
     ### BEGIN HIDDEN TESTS
-    ... (written by `update`)
+    ... (the same check with seed=1, by a copy of the checks loaded afresh)
     ### END HIDDEN TESTS
 
-Two commands, run from the repository's folder::
+Three commands, run from the repository's folder::
 
     python -m exercise_authoring update notebooks/*.ipynb
     python -m exercise_authoring copies notebooks/*.ipynb --out exercises/
+    python -m exercise_authoring source notebooks/0[1-3]_*.ipynb --out source/attention/
 
-``update`` rewrites, in place, each notebook's setup cell (it installs d2lhelpers at the release
-tag of the package's version on Colab, and stops with instructions where d2lhelpers is missing),
-the hidden tests of its check cells, and its nbgrader cell metadata. ``copies`` writes student
-copies: solutions replaced by stubs, model answers by "YOUR ANSWER HERE", hidden tests removed,
-outputs cleared, and the Open-in-Colab badge opening the copy itself at the release tag
-(``--answer-key DIR`` also writes copies that keep the solutions).
+``update`` rewrites, in place, each teaching notebook's setup cell (on Colab it installs
+d2lhelpers at the release tag of the package's version; anywhere it imports d2lhelpers), its
+nbgrader cell metadata, and moves nbval's comment markers into cell tags; it removes hidden tests
+left in check cells. ``copies`` writes student copies: solutions replaced by stubs, model answers
+by "YOUR ANSWER HERE", outputs cleared, and the Open-in-Colab badge opening the copy itself at the
+release tag (``--answer-key DIR`` also writes copies that keep the solutions). ``source`` writes
+nbgrader's source notebooks, for an nbgrader course folder's ``source/<assignment>/``: each
+teaching notebook, current as ``update`` writes it, with the hidden tests in its check cells.
 
 Modules: ``project`` (address and version from pyproject.toml), ``copies``, ``nbgrader_metadata``,
-``sources`` (the templates and ``update``), ``grading`` (an nbgrader preprocessor; it needs
-nbconvert and is not imported here). Plain Python: this package imports neither torch nor
+``sources`` (the templates, ``update`` and ``source``), ``grading`` (an nbgrader preprocessor; it
+needs nbconvert and is not imported here). Plain Python: this package imports neither torch nor
 d2lhelpers, so the commands start at once.
 """
 
@@ -52,6 +59,8 @@ from .project import Project, find_project
 from .sources import (
     check_calls,
     hidden_tests_source,
+    nbgrader_source_notebook,
+    nbgrader_sources,
     setup_source,
     update_sources,
     updated_notebook,
@@ -71,6 +80,8 @@ __all__ = [
     "hidden_tests_source",
     "main",
     "nbgrader_role",
+    "nbgrader_source_notebook",
+    "nbgrader_sources",
     "notebook_text",
     "setup_source",
     "source_of",
@@ -84,7 +95,7 @@ __all__ = [
 
 
 def main(argv=None) -> int:
-    """The command line: ``update`` or ``copies`` (see the package's docstring)."""
+    """The command line: ``update``, ``copies`` or ``source`` (see the package's docstring)."""
     import argparse
     from pathlib import Path
 
@@ -92,21 +103,30 @@ def main(argv=None) -> int:
                                      description="Author the course's exercise notebooks.")
     commands = parser.add_subparsers(dest="command", required=True)
     update = commands.add_parser(
-        "update", help="rewrite the setup cell, the hidden tests and the nbgrader metadata of "
-                       "source notebooks in place")
-    update.add_argument("notebooks", nargs="+", type=Path, help="source notebooks")
+        "update", help="rewrite the setup cell, the nbgrader metadata and the nbval tags of "
+                       "teaching notebooks in place (and remove any hidden tests)")
+    update.add_argument("notebooks", nargs="+", type=Path, help="teaching notebooks")
     copies = commands.add_parser(
-        "copies", help="write student copies: solutions stubbed, hidden tests removed, outputs "
-                       "cleared, each with a Colab badge of its own")
-    copies.add_argument("notebooks", nargs="+", type=Path, help="source notebooks")
+        "copies", help="write student copies: solutions stubbed, outputs cleared, each with a "
+                       "Colab badge of its own")
+    copies.add_argument("notebooks", nargs="+", type=Path, help="teaching notebooks")
     copies.add_argument("--out", type=Path, required=True, help="folder for the copies")
     copies.add_argument("--answer-key", type=Path, default=None,
                         help="also write copies that keep the solutions (outputs cleared) here")
+    source = commands.add_parser(
+        "source", help="write nbgrader's source notebooks: the teaching notebooks with the "
+                       "hidden tests in their check cells")
+    source.add_argument("notebooks", nargs="+", type=Path, help="teaching notebooks")
+    source.add_argument("--out", type=Path, required=True,
+                        help="folder for them: source/<assignment>/ in an nbgrader course folder")
     args = parser.parse_args(argv)
     if args.command == "update":
         for path, changed in update_sources(args.notebooks):
             print(f"{'updated' if changed else 'unchanged'} {path}")
-    else:
+    elif args.command == "copies":
         for path in write_copies(args.notebooks, args.out, args.answer_key):
+            print(f"wrote {path}")
+    else:
+        for path in nbgrader_sources(args.notebooks, args.out):
             print(f"wrote {path}")
     return 0

@@ -1,5 +1,12 @@
-"""The generated parts of a source notebook, rewritten from one template each: the setup cell
-(the first code cell), the hidden tests of every check cell, and nbgrader's cell metadata."""
+"""The generated parts of the notebooks, rewritten from one template each.
+
+A teaching notebook (``notebooks/``, what a learner reads) holds the setup cell (its first code
+cell), the solutions between nbgrader's markers, check cells that call a check on a line of their
+own, nbgrader's cell metadata, and nbval's markers as cell tags: ``update`` keeps these current.
+nbgrader's source notebook of a teaching notebook (what an instructor puts in nbgrader's
+``source/<assignment>/`` folder) is the same notebook with the hidden tests below the call in every
+check cell: ``nbgrader_sources`` writes it. The hidden tests are never stored where a learner reads.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +22,8 @@ from .project import Project, find_project
 __all__ = [
     "check_calls",
     "hidden_tests_source",
+    "nbgrader_source_notebook",
+    "nbgrader_sources",
     "setup_source",
     "update_sources",
     "updated_notebook",
@@ -23,30 +32,22 @@ __all__ = [
 _VISIBLE_CALL = re.compile(r"^d2lh\.exercises\.(check_\w+)\((\w+)\)[ \t]*$", re.MULTILINE)
 _HIDDEN_REGION = re.compile(r"\n?^[ \t]*### BEGIN HIDDEN TESTS[^\n]*\n.*?^[ \t]*### END HIDDEN TESTS"
                             r"[^\n]*$", re.MULTILINE | re.DOTALL)
+# nbval's comment markers (a comment line of its own, e.g. "# NBVAL_IGNORE_OUTPUT"); nbval reads
+# the same markers from the cell's tags, lower case with dashes ("nbval-ignore-output")
+_NBVAL_MARKERS = ("NBVAL_IGNORE_OUTPUT", "NBVAL_CHECK_OUTPUT", "NBVAL_RAISES_EXCEPTION", "NBVAL_SKIP")
+_NBVAL_COMMENT = re.compile(rf"^[ \t]*#+[ \t]*({'|'.join(_NBVAL_MARKERS)})[ \t]*(?:\n|\Z)",
+                            re.MULTILINE)
 
 
 def setup_source(project: Project) -> str:
     """The setup cell: on Colab it installs d2lhelpers at the release tag of ``project``'s
-    version; everywhere it stops, saying how to install d2lhelpers, when the kernel cannot import
-    it (otherwise every later cell fails, and nbgrader grades every check 0)."""
-    return f'''{SETUP_HEADER} on Colab, install the version of the course's package d2lhelpers that this
-# notebook was written for; anywhere, stop here with instructions if d2lhelpers is missing.
-import importlib
-import subprocess
+    version; anywhere it imports d2lhelpers, so that a kernel without it fails here, on a line
+    that says how to install it (and nbgrader's autograde stops: see ``grading``)."""
+    return f'''{SETUP_HEADER} on Colab, install the course's package d2lhelpers at the version of this notebook.
 import sys
-
-D2LHELPERS = "{project.requirement}"
 if "google.colab" in sys.modules:
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", D2LHELPERS], check=True)
-    importlib.invalidate_caches()  # let this process see the package just installed
-try:
-    import d2lhelpers
-except ImportError as error:
-    raise ModuleNotFoundError(
-        "This notebook needs the course's package d2lhelpers, which this kernel cannot import "
-        f"({{error}}). Install it into the kernel's environment, then restart the kernel: "
-        f"{{sys.executable}} -m pip install '{{D2LHELPERS}}' (or, in a clone of the course, "
-        "pip install -e . in its folder).") from None'''
+    %pip install --quiet "{project.requirement}"
+import d2lhelpers  # missing? run the %pip line above, or pip install -e . in the course's folder'''
 
 
 def hidden_tests_source(calls: Sequence[tuple[str, str]]) -> str:
@@ -70,9 +71,24 @@ def check_calls(source: str) -> list[tuple[str, str]]:
     return _VISIBLE_CALL.findall(_HIDDEN_REGION.sub("", source))
 
 
+def _nbval_markers_to_tags(cell: dict) -> None:
+    """Move nbval's comment markers of a code cell into its tags (``# NBVAL_IGNORE_OUTPUT`` becomes
+    the tag ``nbval-ignore-output``), so that the learner does not read them."""
+    source = source_of(cell)
+    markers = _NBVAL_COMMENT.findall(source)
+    if not markers:
+        return
+    cell["source"] = _NBVAL_COMMENT.sub("", source)
+    tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+    tags += [tag for tag in dict.fromkeys(m.lower().replace("_", "-") for m in markers)
+             if tag not in tags]
+
+
 def updated_notebook(notebook: dict, project: Project) -> dict:
-    """``notebook`` (nbformat JSON as a dict) with its setup cell, hidden tests and nbgrader
-    metadata rewritten from the templates; a notebook that is up to date comes back equal."""
+    """The teaching notebook ``notebook`` (nbformat JSON as a dict) with its setup cell rewritten
+    from the template, hidden tests removed from its check cells, nbval's comment markers moved
+    into cell tags, and its nbgrader metadata rewritten; a notebook that is up to date comes back
+    equal."""
     notebook = copy.deepcopy(notebook)
     code = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
     if not code or "google.colab" not in source_of(code[0]):
@@ -80,21 +96,34 @@ def updated_notebook(notebook: dict, project: Project) -> dict:
                          "d2lhelpers on Colab)")
     code[0]["source"] = setup_source(project)
     for cell in code:
+        _nbval_markers_to_tags(cell)
         if (nbgrader_role(cell) or ("",))[0] != "check":
             continue
         source = source_of(cell)
-        calls = check_calls(source)
-        if not calls:
+        if not check_calls(source):
             raise ValueError("a check cell must call d2lh.exercises.check_<name>(<function>) on "
                              f"a line of its own, got:\n{source}")
-        cell["source"] = _HIDDEN_REGION.sub("", source).rstrip("\n") + "\n" + hidden_tests_source(calls)
+        cell["source"] = _HIDDEN_REGION.sub("", source).rstrip("\n")
     return with_nbgrader_metadata(notebook)
 
 
+def nbgrader_source_notebook(notebook: dict, project: Project) -> dict:
+    """nbgrader's source notebook of the teaching notebook ``notebook``: the notebook as ``update``
+    writes it, with the hidden tests (:func:`hidden_tests_source`) below the calls of every check
+    cell. nbgrader records these cells, hidden tests included, when it generates the assignment,
+    releases them without the hidden tests, and grades with the recorded cells."""
+    notebook = updated_notebook(notebook, project)
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "code" and (nbgrader_role(cell) or ("",))[0] == "check":
+            source = source_of(cell)
+            cell["source"] = source + "\n" + hidden_tests_source(check_calls(source))
+    return notebook
+
+
 def update_sources(paths: Sequence[Path]) -> list[tuple[Path, bool]]:
-    """Rewrite the generated parts of source notebooks in place (with nbformat, which keeps the
+    """Rewrite the generated parts of teaching notebooks in place (with nbformat, which keeps the
     files' layout); return (path, changed) pairs."""
-    import nbformat  # installed wherever notebooks run; only this command needs it
+    import nbformat  # installed wherever notebooks run; only the commands need it
 
     results = []
     for path in map(Path, paths):
@@ -108,3 +137,26 @@ def update_sources(paths: Sequence[Path]) -> list[tuple[Path, bool]]:
             nbformat.write(updated, path)
         results.append((path, changed))
     return results
+
+
+def nbgrader_sources(paths: Sequence[Path], out_dir: Path) -> list[Path]:
+    """Write nbgrader's source notebook of each teaching notebook into ``out_dir`` (e.g.
+    ``source/<assignment>/`` of an nbgrader course folder), under the same name; return the paths
+    written. Refuses to overwrite a teaching notebook with its hidden tests."""
+    import nbformat
+
+    written = []
+    for path in map(Path, paths):
+        target = Path(out_dir) / path.name
+        if target.resolve() == path.resolve():
+            raise ValueError(f"{path}: the nbgrader source notebook would overwrite the teaching "
+                             "notebook: choose another --out folder")
+        notebook = nbformat.read(path, as_version=4)
+        try:
+            source = nbgrader_source_notebook(notebook, find_project(path.parent))
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
+        target.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nbformat.from_dict(source), target)
+        written.append(target)
+    return written

@@ -1,6 +1,6 @@
-"""The authoring tool of the exercises (exercise_authoring): student copies, the setup cell, the
-hidden tests of check cells, nbgrader metadata, and the preprocessor that stops grading when the
-setup cell failed."""
+"""The authoring tool of the exercises (exercise_authoring): student copies, the setup cell, nbval
+tags, nbgrader metadata, nbgrader's source notebooks with their hidden tests, and the preprocessor
+that stops grading when the setup cell failed."""
 
 import json
 import pathlib
@@ -45,28 +45,37 @@ def test_student_source_rejects_unbalanced_markers():
 
 # The setup cell ------------------------------------------------------------------------------
 
-def test_the_setup_cell_installs_the_release_and_stops_with_instructions_without_d2lhelpers(
-        monkeypatch):
+def run_cell(source, namespace):
+    """Run a cell's source as IPython would (its %magics turned into calls of get_ipython())."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    exec(TransformerManager().transform_cell(source), namespace)
+
+
+def test_the_setup_cell_installs_the_release_on_colab_and_elsewhere_only_imports(monkeypatch):
     source = authoring.setup_source(PROJECT)
-    assert f'"d2lhelpers @ git+{PROJECT.repository}@v{PROJECT.version}"' in source
+    requirement = f"d2lhelpers @ git+{PROJECT.repository}@v{PROJECT.version}"
     assert d2lh.__version__ == PROJECT.version, "the release tag names the package's version"
-    exec(source, {})  # d2lhelpers importable, not on Colab: nothing happens
-    import subprocess
+    assert len([line for line in source.splitlines() if line.strip()]) <= 5, "a short setup cell"
+    run_cell(source, {})  # d2lhelpers importable, not on Colab: it is imported, nothing else
+
+    class IPython:
+        magics = []
+
+        def run_line_magic(self, name, line):
+            self.magics.append((name, line))
+
     import types
 
-    installs = []
-    monkeypatch.setattr(subprocess, "run", lambda command, check: installs.append(command))
     monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
-    exec(source, {})  # on Colab: pip installs the release
-    assert installs == [[sys.executable, "-m", "pip", "install", "--quiet",
-                         f"d2lhelpers @ git+{PROJECT.repository}@v{PROJECT.version}"]]
+    run_cell(source, {"get_ipython": IPython})  # on Colab: pip installs the release
+    assert IPython.magics == [("pip", f'install --quiet "{requirement}"')]
     monkeypatch.delitem(sys.modules, "google.colab")
-    monkeypatch.setitem(sys.modules, "d2lhelpers", None)  # import d2lhelpers now fails
-    with pytest.raises(ModuleNotFoundError) as failure:
-        exec(source, {})
-    message = str(failure.value)
-    assert "needs the course's package d2lhelpers" in message
-    assert f"-m pip install 'd2lhelpers @ git+{PROJECT.repository}@v{PROJECT.version}'" in message
+    monkeypatch.setitem(sys.modules, "d2lhelpers", None)  # import d2lhelpers now fails...
+    with pytest.raises(ImportError):
+        run_cell(source, {})
+    failing_line = source.splitlines()[-1]  # ...on a line that a traceback shows, saying what to do
+    assert failing_line.startswith("import d2lhelpers  # ") and "pip install" in failing_line
 
 
 # The project -----------------------------------------------------------------------------------
@@ -153,7 +162,7 @@ def test_command_refuses_a_notebook_without_exercises(tmp_path):
         authoring.write_copies([source], tmp_path / "student")
 
 
-# Source notebooks: setup cell, hidden tests and nbgrader metadata ---------------------------------
+# Teaching notebooks (setup cell, nbgrader metadata, nbval tags) and nbgrader's source notebooks --
 
 CHECK_CELL = '''d2lh.exercises.check_double(double)
 ### BEGIN HIDDEN TESTS
@@ -236,19 +245,16 @@ def test_nbgrader_metadata_refuses_ambiguous_cells():
         authoring.with_nbgrader_metadata(exercise_notebook(("markdown", CHECK_CELL, {})))
 
 
-def test_updated_notebook_rewrites_setup_cell_hidden_tests_and_metadata_from_the_templates():
+def test_updated_notebook_rewrites_setup_cell_and_metadata_and_removes_hidden_tests():
     notebook = exercise_notebook(("markdown", f"# Demo\n{BADGE}", {}), ("code", OLD_SETUP, {}),
                                  ("code", SOLUTION_CELL, {}), ("code", CHECK_CELL, {}),
                                  ("code", "d2lh.exercises.check_triple(triple)", {}))
     updated = authoring.updated_notebook(notebook, PROJECT)
     assert updated["cells"][1]["source"] == authoring.setup_source(PROJECT)
-    hidden = authoring.hidden_tests_source([("check_double", "double")])
-    assert updated["cells"][3]["source"] == "d2lh.exercises.check_double(double)\n" + hidden
-    assert updated["cells"][4]["source"] == "d2lh.exercises.check_triple(triple)\n" + \
-        authoring.hidden_tests_source([("check_triple", "triple")])
-    assert hidden.endswith('_check_afresh("check_double", double, seed=1)\n### END HIDDEN TESTS')
-    assert [c["metadata"]["nbgrader"]["grade_id"] for c in updated["cells"][1:4]] == \
-        ["setup", "double", "check_double"]
+    assert updated["cells"][3]["source"] == "d2lh.exercises.check_double(double)"
+    assert updated["cells"][4]["source"] == "d2lh.exercises.check_triple(triple)"
+    assert [c["metadata"]["nbgrader"]["grade_id"] for c in updated["cells"][1:]] == \
+        ["setup", "double", "check_double", "check_triple"]
     assert authoring.updated_notebook(updated, PROJECT) == updated, "idempotent"
     with pytest.raises(ValueError, match="first code cell must be its setup cell"):
         authoring.updated_notebook(exercise_notebook(("code", "import torch", {})), PROJECT)
@@ -258,12 +264,70 @@ def test_updated_notebook_rewrites_setup_cell_hidden_tests_and_metadata_from_the
             PROJECT)
 
 
-def test_update_command_rewrites_notebooks_in_place_and_says_which_changed(tmp_path, capsys):
-    path = a_project(tmp_path) / "01_demo.ipynb"
+def test_updated_notebook_moves_nbval_comment_markers_into_cell_tags():
+    notebook = exercise_notebook(
+        ("code", OLD_SETUP, {}),
+        ("code", "# NBVAL_IGNORE_OUTPUT\n# (timings)\nprint(time.time())", {"tags": ["keep"]}),
+        ("code", "x = 1\n  #  NBVAL_RAISES_EXCEPTION  \n1 / 0", {}),
+        ("code", "# NBVAL_IGNORE_OUTPUT (a comment after it: not a marker to nbval)\nx", {}))
+    cells = authoring.updated_notebook(notebook, PROJECT)["cells"]
+    assert cells[1]["source"] == "# (timings)\nprint(time.time())"
+    assert cells[1]["metadata"]["tags"] == ["keep", "nbval-ignore-output"]
+    assert cells[2]["source"] == "x = 1\n1 / 0"
+    assert cells[2]["metadata"]["tags"] == ["nbval-raises-exception"]
+    assert cells[3] == notebook["cells"][3], "left for the tests to reject"
+
+
+def test_nbgrader_source_notebook_adds_hidden_tests_that_load_the_checks_afresh():
+    notebook = exercise_notebook(("markdown", f"# Demo\n{BADGE}", {}), ("code", OLD_SETUP, {}),
+                                 ("code", SOLUTION_CELL, {}), ("code", CHECK_CELL, {}),
+                                 ("code", "d2lh.exercises.check_triple(triple)", {}))
+    source = authoring.nbgrader_source_notebook(notebook, PROJECT)
+    teaching = authoring.updated_notebook(notebook, PROJECT)
+    hidden = authoring.hidden_tests_source([("check_double", "double")])
+    assert hidden.endswith('_check_afresh("check_double", double, seed=1)\n### END HIDDEN TESTS')
+    assert "runpy.run_path" in hidden and "/exercises/runner.py" in hidden
+    assert source["cells"][3]["source"] == "d2lh.exercises.check_double(double)\n" + hidden
+    assert source["cells"][4]["source"] == "d2lh.exercises.check_triple(triple)\n" + \
+        authoring.hidden_tests_source([("check_triple", "triple")])
+    others = [0, 1, 2]
+    assert [source["cells"][i] for i in others] == [teaching["cells"][i] for i in others]
+    assert [c["metadata"] for c in source["cells"]] == [c["metadata"] for c in teaching["cells"]]
+    assert nbgrader_v3_errors(source) == []
+    assert authoring.nbgrader_source_notebook(source, PROJECT) == source, "from itself: the same"
+    student = authoring.student_notebook(source, colab_url="copy")
+    assert student == authoring.student_notebook(teaching, colab_url="copy"), \
+        "nbgrader's release and our student copies agree"
+
+
+def demo_notebook_file(folder):
+    """A stale notebook (old setup cell, hidden tests in its check cell) in a project in ``folder``:
+    its path and its content."""
+    path = a_project(folder) / "01_demo.ipynb"
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(OLD_SETUP),
                                                nbformat.v4.new_code_cell(SOLUTION_CELL),
                                                nbformat.v4.new_code_cell(CHECK_CELL)])
     nbformat.write(notebook, path)
+    return path, notebook
+
+
+def test_source_command_writes_nbgrader_source_notebooks_beside_the_teaching_ones(tmp_path, capsys):
+    path, notebook = demo_notebook_file(tmp_path)
+    before = path.read_text()
+    out = tmp_path / "course" / "source" / "demo"
+    authoring.main(["source", str(path), "--out", str(out)])
+    assert capsys.readouterr().out.splitlines() == [f"wrote {out / path.name}"]
+    assert path.read_text() == before, "the teaching notebook is left as it is"
+    written = nbformat.read(out / path.name, as_version=4)
+    project = authoring.find_project(tmp_path)
+    assert written == nbformat.from_dict(authoring.nbgrader_source_notebook(notebook, project))
+    assert 'git+https://github.com/o/n@v2.0"' in written.cells[0].source
+    with pytest.raises(ValueError, match="would overwrite the teaching notebook"):
+        authoring.nbgrader_sources([path], path.parent)
+
+
+def test_update_command_rewrites_notebooks_in_place_and_says_which_changed(tmp_path, capsys):
+    path, _ = demo_notebook_file(tmp_path)
     authoring.main(["update", str(path)])
     authoring.main(["update", str(path)])
     assert capsys.readouterr().out.splitlines() == [f"updated {path}", f"unchanged {path}"]
@@ -271,6 +335,7 @@ def test_update_command_rewrites_notebooks_in_place_and_says_which_changed(tmp_p
     assert [c.metadata.nbgrader.grade_id for c in written.cells] == ["setup", "double", "check_double"]
     assert 'git+https://github.com/o/n@v2.0"' in written.cells[0].source
     assert written.cells[1].source == SOLUTION_CELL  # nothing else changes
+    assert written.cells[2].source == "d2lh.exercises.check_double(double)", "hidden tests removed"
 
 
 # nbgrader: a failed setup cell stops the grading -------------------------------------------------

@@ -1,8 +1,9 @@
 """Grading with nbgrader, end to end, on notebook 01: the round trip of benchmarks/grading.py
 (which runs it on notebooks 01-03 and times it), kept quick for the test suite.
 
-With the repository's nbgrader_config.py, nbgrader generates the assignment from the source
-notebook and autogrades four submissions: solved, empty, wrong, and "patched", whose first
+With the repository's nbgrader_config.py, nbgrader generates the assignment from nbgrader's source
+notebook of the teaching notebook (written by the authoring tool's ``source`` command: the hidden
+tests added to its check cells) and autogrades four submissions: solved, empty, wrong, and "patched", whose first
 solution cell replaces every check of d2lh.exercises and their run_check by a function that
 prints "Correct". Each check must get exactly the points it earned; in particular the patch earns
 nothing (the hidden tests grade with a copy of the checks loaded afresh). A kernel without
@@ -78,18 +79,31 @@ def test_the_patch_fools_the_visible_checks_but_earns_no_point(course):
         assert "ExerciseCheckFailed: " in output and "not implemented yet" in output  # ...in vain
 
 
+def test_nbgrader_grades_the_source_notebook_with_hidden_tests_the_teaching_notebook_lacks(course):
+    folder, _ = course
+    teaching = nbformat.read(NOTEBOOK, as_version=4)
+    source = nbformat.read(folder / "source" / round_trip.ASSIGNMENT / NOTEBOOK.name, as_version=4)
+    assert source == authoring.nbgrader_source_notebook(teaching, authoring.find_project(ROOT))
+    checks = [cell for cell in source.cells if authoring.nbgrader_role(cell)
+              and authoring.nbgrader_role(cell)[0] == "check"]
+    assert len(checks) >= 2 and all(authoring.BEGIN_HIDDEN_TESTS in c.source for c in checks)
+    assert not any(authoring.BEGIN_HIDDEN_TESTS in cell.source for cell in teaching.cells)
+
+
 def test_checksum_warnings_name_only_the_check_cells_whose_hidden_tests_nbgrader_restores(course):
-    _, results = course
-    source = nbformat.read(NOTEBOOK, as_version=4)
+    folder, results = course
+    source = nbformat.read(folder / "source" / round_trip.ASSIGNMENT / NOTEBOOK.name, as_version=4)
     checks = {cell.metadata.nbgrader.grade_id for cell in source.cells
               if authoring.BEGIN_HIDDEN_TESTS in cell.source}
+    assert checks
     for result in results.values():
         assert set(result.checksum_warnings()) == checks
 
 
 def test_a_kernel_without_d2lhelpers_makes_autograde_fail_instead_of_scoring_zero(course, tmp_path):
     folder, _ = course
-    sources = {NOTEBOOK.name: nbformat.read(NOTEBOOK, as_version=4)}
+    sources = {NOTEBOOK.name: nbformat.read(folder / "source" / round_trip.ASSIGNMENT / NOTEBOOK.name,
+                                            as_version=4)}
     round_trip.write_submission(folder, sources, "solved", student="no_d2lhelpers")
     missing = tmp_path / "d2lhelpers"
     missing.mkdir()

@@ -20,9 +20,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 REPOSITORY = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
 GITHUB_PATH = REPOSITORY.removeprefix("https://github.com/")
+UPDATE = "python -m exercise_authoring update notebooks/*.ipynb"
 
 
-NBVAL_MARKERS = {"NBVAL_IGNORE_OUTPUT", "NBVAL_CHECK_OUTPUT", "NBVAL_RAISES_EXCEPTION"}
+NBVAL_TAGS = {"nbval-ignore-output", "nbval-check-output", "nbval-raises-exception"}
+# What a learner should not have to read past (SYLLABUS, "What a learner reads"): hidden tests
+# live in nbgrader's source notebooks, nbval's markers in cell tags, the seed offset of robustness
+# runs in d2lh.set_seed.
+MACHINERY = re.compile(r"BEGIN HIDDEN TESTS|runpy|check_afresh|NBVAL_|offset_seed|D2LHELPERS_SEED_OFFSET")
 
 
 def colab_url(notebook: pathlib.Path) -> str:
@@ -56,17 +61,27 @@ def test_notebook_structure(notebook):
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.execution_count is not None for c in code), "commit notebooks executed"
     assert not any(o.output_type == "error" for c in code for o in c.outputs)
-    assert not any("NBVAL_SKIP" in c.source for c in code), "never skip a cell: assert instead"
-    # nbval obeys a marker only on a comment line of its own ("# NBVAL_IGNORE_OUTPUT (why)" is
-    # silently not a marker, and the cell's output is then compared after all)
+    # nbval's markers are cell tags, which the learner does not read, not comments
     for c in code:
         for line in c.source.splitlines():
-            if "NBVAL_" in line and line.strip().lstrip("#").strip() not in NBVAL_MARKERS:
-                pytest.fail(f"{notebook.name}: {line.strip()!r} is not an nbval marker: put the "
-                            "marker alone on its line and explain it on the next")
+            if re.match(r"\s*#.*NBVAL_", line):
+                pytest.fail(f"{notebook.name}: {line.strip()!r}: use nbval's cell tag instead "
+                            f"(e.g. nbval-ignore-output; {UPDATE} moves a marker into its tag)")
+        tags = {tag for tag in c.metadata.get("tags", []) if "nbval" in tag}
+        assert "nbval-skip" not in tags, "never skip a cell: assert instead"
+        assert tags <= NBVAL_TAGS, f"{notebook.name}: not an nbval tag: {tags - NBVAL_TAGS}"
     # no machine-specific noise in stored outputs
     text = "".join(o.get("text", "") for c in code for o in c.outputs)
     assert "/work/" not in text and "/home/" not in text and "/root/" not in text
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_the_page_holds_a_short_setup_cell_and_no_grading_or_testing_machinery(notebook):
+    code = [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
+    setup = [line for line in code[0].source.splitlines() if line.strip()]
+    assert len(setup) <= 5, f"{notebook.name}: a setup cell of {len(setup)} lines: run {UPDATE}"
+    found = [line.strip() for c in code for line in c.source.splitlines() if MACHINERY.search(line)]
+    assert not found, f"{notebook.name}: grading or testing machinery on the page: {found}"
 
 
 def test_readme_lists_every_notebook_with_its_badge():

@@ -1,12 +1,12 @@
-"""The exercise notebooks: source notebooks whose generated parts are current, and student copies,
+"""The exercise notebooks: teaching notebooks whose generated parts are current, and student copies,
 committed in exercises/, that are current, free of solutions, and working.
 
 Each check below fails while a notebook or a copy is stale; the message gives the command to run.
-The working copies are tested without running the notebooks (nbval runs every source notebook):
+The working copies are tested without running the notebooks (nbval runs every teaching notebook):
 the exercise cells run in a namespace that holds only what the notebook imports and defines
 (functions, classes, constants) before them. There, while an exercise is a stub, its check must
-say "not implemented yet"; once the source notebook's solution is run, the copy's check and the
-source's hidden tests must pass.
+say "not implemented yet"; once the teaching notebook's solution is run, the copy's check and the
+hidden tests of nbgrader's source notebook must pass.
 """
 
 from __future__ import annotations
@@ -45,12 +45,15 @@ def student_copy(path: pathlib.Path) -> dict:
 
 
 def current_source_and_copy(path: pathlib.Path):
-    """The source notebook at ``path`` with its generated parts current, and its student copy.
-    (Equal to the committed ones when the tests above pass; used as such below, so that a stale
-    notebook fails those tests only.)"""
-    source = authoring.updated_notebook(nbformat.read(path, as_version=4), PROJECT)
-    copy = authoring.student_notebook(source, colab_url=PROJECT.colab_url(EXERCISE_DIR / path.name))
-    return source, nbformat.from_dict(copy)
+    """nbgrader's source notebook of the teaching notebook at ``path`` (hidden tests included), and
+    the student copy of the teaching notebook with its generated parts current. (The copy equals
+    the committed one when the tests above pass; used as such below, so that a stale notebook
+    fails those tests only.)"""
+    teaching = authoring.updated_notebook(nbformat.read(path, as_version=4), PROJECT)
+    source = authoring.nbgrader_source_notebook(teaching, PROJECT)
+    copy = authoring.student_notebook(teaching,
+                                      colab_url=PROJECT.colab_url(EXERCISE_DIR / path.name))
+    return nbformat.from_dict(source), nbformat.from_dict(copy)
 
 
 def role_of(cell) -> str | None:
@@ -71,8 +74,11 @@ def test_every_notebook_has_exercises():
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
-def test_source_notebook_has_current_setup_cell_hidden_tests_and_nbgrader_metadata(notebook):
+def test_teaching_notebook_has_current_setup_cell_and_nbgrader_metadata_and_no_hidden_tests(
+        notebook):
     source = nbformat.read(notebook, as_version=4)
+    assert not any(authoring.BEGIN_HIDDEN_TESTS in cell.source for cell in source.cells), \
+        f"{notebook.name} holds hidden tests: run {UPDATE}"
     expected = authoring.updated_notebook(source, PROJECT)
     for index, (cell, want) in enumerate(zip(source.cells, expected["cells"])):
         if cell != want:
@@ -150,7 +156,7 @@ def test_stubs_are_not_implemented_yet_and_solutions_pass_the_copys_checks(noteb
     first_exercise = next(i for i, c in enumerate(copy.cells) if role_of(c) == "solution")
     namespace = {"__name__": "notebook"}
     setup = next(c for c in copy.cells if role_of(c) == "setup")
-    exec(setup.source, namespace)  # d2lhelpers is importable: the setup cell passes quietly
+    exec(TransformerManager().transform_cell(setup.source), namespace)  # it imports d2lhelpers
     exec(definitions(c for c in copy.cells[:first_exercise]
                      if c.cell_type == "code" and role_of(c) is None), namespace)
     stubs, passed = [], 0
@@ -167,7 +173,7 @@ def test_stubs_are_not_implemented_yet_and_solutions_pass_the_copys_checks(noteb
                 exec(source.cells[solved].source, namespace)
             stubs = []
             exec(cell.source, namespace)
-            exec(source.cells[index].source, namespace)  # the check again, then its hidden tests
+            exec(source.cells[index].source, namespace)  # the check again, then the hidden tests
             lines = capsys.readouterr().out.splitlines()
             assert len(lines) == 3 * len(authoring.check_calls(cell.source)), lines
             assert all(line.startswith("Correct: ") for line in lines), lines

@@ -15,11 +15,11 @@ each, and compares the result with a reference computed by the package (or a sho
 failure it says which input failed, what was expected, what came back, and gives a hint; on
 success it prints one line. It raises :class:`ExerciseCheckFailed`, an ``AssertionError``, so that
 nbgrader counts a failed check as a failed test. ``seed`` draws other random cases; ``hint=2``
-shows the full hint instead of the first nudge. The hidden tests of the source notebooks (between
-``### BEGIN HIDDEN TESTS`` and ``### END HIDDEN TESTS``, left out of student copies, written by
-``python -m exercise_authoring update``) run each check again with ``seed=1`` through
-:func:`~.runner.check_afresh`, from a private copy of the package that nothing the learner's code
-patched can reach.
+shows the full hint instead of the first nudge. The hidden tests (between ``### BEGIN HIDDEN
+TESTS`` and ``### END HIDDEN TESTS``, only in nbgrader's source notebooks, which ``python -m
+exercise_authoring source`` writes from the teaching notebooks) run each check again with
+``seed=1`` through :func:`~.runner.check_afresh`, from a private copy of the package that nothing
+the learner's code patched can reach.
 
 Three concerns, three places: :mod:`.runner` runs a check and words its failures; :mod:`.cases`
 draws the inputs (and holds what several checks share to build them); one module per notebook,

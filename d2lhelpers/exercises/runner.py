@@ -5,9 +5,10 @@ hints that nudge before they tell (the first step by default; ``hint=2`` on a ch
 In Jupyter a failed check shows its message, and the frames of the learner's own code when that
 code raised, but no line of the checking code: the checks hold the reference implementations.
 
-This module imports nothing from d2lhelpers, so that it also runs on its own: the notebooks'
-hidden tests load it with ``runpy`` and call :func:`check_afresh`, which grades with a private
-copy of the package that no code in the notebook can have patched.
+This module imports nothing from d2lhelpers, so that it also runs on its own: the hidden tests
+(in nbgrader's source notebooks, written by ``python -m exercise_authoring source``) load it with
+``runpy`` and call :func:`check_afresh`, which grades with a private copy of the package that no
+code in the notebook can have patched.
 """
 
 from __future__ import annotations
@@ -236,11 +237,11 @@ def check_afresh(check: str, learner_fn: Callable, seed: int = 1) -> None:
     """Run the check named ``check`` (e.g. "check_causal_lens") on ``learner_fn`` with a private
     copy of d2lhelpers, loaded afresh from the files of the package this module belongs to.
 
-    This is how the notebooks' hidden tests grade: they load this file with ``runpy`` and call
-    this function, so that nothing the notebook's code can replace (``d2lh.exercises``, its
-    checks, its ``run_check``, the ``d2lhelpers`` modules in ``sys.modules``) takes part. Code
-    that patches Python itself, PyTorch or IPython is beyond what any test running in the same
-    kernel can guard against.
+    This is how the hidden tests of nbgrader's source notebooks grade: they load this file with
+    ``runpy`` and call this function, so that nothing the notebook's code can replace
+    (``d2lh.exercises``, its checks, its ``run_check``, the ``d2lhelpers`` modules in
+    ``sys.modules``) takes part. Code that patches Python itself, PyTorch or IPython is beyond
+    what any test running in the same kernel can guard against.
     """
     package_dir = _CHECKS_DIR.parent
     name = f"_d2lhelpers_afresh_{uuid.uuid4().hex}"
