@@ -107,8 +107,10 @@ WATCHED: dict[str, dict[str, str]] = {
     },
     "04_multihead_attention": {
         "random heads: largest |weight - 1/T| (< 0.05)": "(w - 1 / T).abs().max()",
-        "random heads: largest difference between heads 1 and 2 (> 0)":
+        "random heads: largest difference between heads 0 and 1 (> 0)":
             "(w[0, 0] - w[0, 1]).abs().max()",
+        "time of 64 heads / 1 head, readable path (> 1.5)": "readable[64]",
+        "readable minus fused ratio of 64 heads to 1 (> 0)": "readable[64] - fused[64]",
     },
     "05_self_attention_positional_encoding": {
         "with positions: lowest accuracy on length 16 (> 0.95)":
@@ -120,8 +122,9 @@ WATCHED: dict[str, dict[str, str]] = {
             "unseen_accuracy['sinusoidal'].min()",
         "sinusoidal, positions 16-63: highest accuracy (< 0.6)":
             "unseen_accuracy['sinusoidal'].max()",
-        "sinusoidal minus no positions, 16-63: smallest (> 0)": "gain_none.min()",
-        "sinusoidal minus learned, 16-63: lower end of the 95% interval (> 0.1)": "low",
+        "sinusoidal minus no positions, 16-63: smallest (> 0)": "gains['none'].min()",
+        "sinusoidal minus learned, 16-63: lower end of the 95% interval (> 0.1)":
+            "intervals['learned'].low",
         "sinusoidal, mean curve on 16-63: lowest (< 0.2)": "sinusoidal_curve.min()",
         "sinusoidal, mean curve on 16-63: highest (> 0.5)": "sinusoidal_curve.max()",
         "sinusoidal: accuracy at length 16 minus on positions 1-15 of 64 (> 0)":
@@ -131,6 +134,11 @@ WATCHED: dict[str, dict[str, str]] = {
             "(relative_unseen - relative_seen).abs().max()",
         "relative bias minus sinusoidal, 16-63: smallest (> 0.3)":
             "(relative_unseen - unseen_accuracy['sinusoidal']).min()",
+        "random offset, 16-63: lowest accuracy (> 0.8)": "variants['random offset'].min()",
+        "random offset minus random lengths, 16-63: smallest (> 0.3)":
+            "(variants['random offset'] - variants['random lengths']).min()",
+        "random lengths minus fixed length, 16-63: |mean| (< 0.1)":
+            "abs(changes['random lengths'].mean())",
     },
     "06_transformer": {
         "post-norm stream: largest |std - 1| (< 0.01)": "(post_stds - 1).abs().max()",
