@@ -44,10 +44,10 @@ WATCHED: dict[str, dict[str, str]] = {
         "training error rises with the width (smallest step > 0)":
             "min(b - a for a, b in zip(train_errors, train_errors[1:]))",
         "narrow: training error / noise (< 1)": "tr_n / noise",
-        "narrow: test / training error (> 2)": "te_n / tr_n",
-        "narrow minus best test error (> 0)": "te_n - te_b",
+        "narrow: validation / training error (> 2)": "va_n / tr_n",
+        "narrow minus best validation error (> 0)": "va_n - va_b",
         "wide: training error / noise (> 2)": "tr_w / noise",
-        "wide / best test error (> 2)": "te_w / te_b",
+        "wide / best validation error (> 2)": "va_w / va_b",
         "best width (> 0.05, < 2)": "best",
         "shrinking width: smallest fall of the error (> 0)":
             "min(a - b for a, b in zip(shrinking_errors, shrinking_errors[1:]))",
@@ -58,14 +58,14 @@ WATCHED: dict[str, dict[str, str]] = {
         "learned w (> 1)": "w_learned",
         "final loss minus the grid's lowest (<= 0.005)": "losses[-1] - min(loss_loo)",
         "largest weight, learned / w = 1 (> 1)":
-            "concentration(weights_param)[0] / concentration(weights_nw)[0]",
-        "keys used, learned / w = 1 (< 1)":
-            "concentration(weights_param)[1] / concentration(weights_nw)[1]",
+            "largest_weight(weights_param) / largest_weight(weights_nw)",
         "roughness, learned / w = 1 (> 2)": "roughness(y_hat_param) / roughness(y_hat_nw)",
-        "10 draws: largest error difference learned - w = 1 (< 0)": "max(differences)",
+        "10 draws: largest error difference learned - w = 1 (< 0)": "differences.max()",
         "10 draws: upper end of its 95% interval (< 0)": "high",
-        "10 draws: smallest learned w (> 1)": "min(ws)",
-        "10 draws: smallest roughness ratio (> 2)": "min(roughness_ratios)",
+        "10 draws: smallest learned w (> 1)": "ws.min()",
+        "10 draws: smallest roughness ratio (> 2)": "roughness_ratios.min()",
+        "exercise 1: mean learned w, n = 500 / n = 50 (> 1)":
+            "learned_w[500].mean() / learned_w[50].mean()",
         "exercise 3: learned loss minus the grid's lowest (<= 0.005)":
             "error_learned - search_errors[i_search]",
     },
