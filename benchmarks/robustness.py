@@ -64,8 +64,7 @@ WATCHED: dict[str, dict[str, str]] = {
         "10 draws: upper end of its 95% interval (< 0)": "high",
         "10 draws: smallest learned w (> 1)": "ws.min()",
         "10 draws: smallest roughness ratio (> 2)": "roughness_ratios.min()",
-        "exercise 1: mean learned w, n = 500 / n = 50 (> 1)":
-            "learned_w[500].mean() / learned_w[50].mean()",
+        "exercise 1: mean best w, n = 500 / n = 50 (> 1)": "best_w[500].mean() / best_w[50].mean()",
         "exercise 3: learned loss minus the grid's lowest (<= 0.005)":
             "error_learned - search_errors[i_search]",
     },
@@ -91,19 +90,26 @@ WATCHED: dict[str, dict[str, str]] = {
         "Jacobian norm at d = 1024, scaled / unscaled (> 5)":
             "scaled['jacobian norm'][-1] / unscaled['jacobian norm'][-1]",
         "predicting 0: test MSE (0.9 .. 1.1)": "baseline",
-        "softmax: largest test MSE (< 0.05)": "max(mse['softmax'])",
-        "softmax: smallest retrieval accuracy (> 0.95)":
-            "min(r['retrieval accuracy'] for r in runs['softmax'])",
+        "softmax: largest test MSE (< 0.05)": "mse['softmax'].max()",
+        "softmax: smallest retrieval accuracy (> 0.95)": "table['softmax']['accuracy'].min()",
         "alternatives: smallest MSE / largest softmax MSE (> 3)":
-            "min(min(mse[name]) for name in alternatives) / max(mse['softmax'])",
+            "min(mse[name].min() for name in alternatives) / mse['softmax'].max()",
         "no normalisation: smallest MSE / largest of the others (> 1.2)":
-            "min(mse['none (linear)']) / max(max(mse[name]) for name in alternatives[:-1])",
+            "mse['none (linear)'].min() / max(mse[name].max() for name in alternatives[:-1])",
         "all: smallest share of right arg-max (> 0.95)":
-            "min(r['arg-max right'] for rs in runs.values() for r in rs)",
-        "softmax: smallest weight on the right key (> 0.95)":
-            "min(r['weight on the right key'] for r in runs['softmax'])",
+            "min(table[name]['arg-max right'].min() for name in mse)",
+        "softmax: smallest weight on the right key (> 0.95)": "table['softmax']['right weight'].min()",
         "sigmoid: smallest |sum of the weights - 1| (> 0.05)":
-            "min(abs(r['sum of the weights'] - 1) for r in runs['sigmoid'])",
+            "abs(table['sigmoid']['weight sum'] - 1).min()",
+        "exercise 6, sigmoid b = 0: smallest test MSE / predicting 0 (> 1)":
+            "sigmoid_0['test MSE'].min() / baseline",
+        "exercise 6, sigmoid b = 0: smallest sum of the weights (> 2)": "sigmoid_0['weight sum'].min()",
+        "exercise 6, sigmoid b = 0: smallest share of right arg-max (> 0.9)":
+            "sigmoid_0['arg-max right'].min()",
+        "exercise 6, softmax(0.1 s) minus softmax, smallest over seeds (> 0)":
+            "(softmax_01['test MSE'] - mse['softmax']).min()",
+        "exercise 6, softmax(0.1 s): largest MSE / smallest of the alternatives (< 1)":
+            "softmax_01['test MSE'].max() / min(mse[name].min() for name in alternatives)",
     },
     "04_multihead_attention": {
         "random heads: largest |weight - 1/T| (< 0.05)": "(w - 1 / T).abs().max()",
