@@ -48,7 +48,7 @@ WATCHED: dict[str, dict[str, str]] = {
         "narrow minus best validation error (> 0)": "va_n - va_b",
         "wide: training error / noise (> 2)": "tr_w / noise",
         "wide / best validation error (> 2)": "va_w / va_b",
-        "best width (> 0.05, < 2)": "best",
+        "best width (> 0.05, < 1)": "best",
         "shrinking width: smallest fall of the error (> 0)":
             "min(a - b for a, b in zip(shrinking_errors, shrinking_errors[1:]))",
         "shrinking width: first / last error (> 8)": "shrinking_errors[0] / shrinking_errors[-1]",
