@@ -94,6 +94,8 @@ WATCHED: dict[str, dict[str, str]] = {
         "softmax: smallest retrieval accuracy (> 0.95)": "table['softmax']['accuracy'].min()",
         "alternatives: smallest MSE / largest softmax MSE (> 3)":
             "min(mse[name].min() for name in alternatives) / mse['softmax'].max()",
+        "paired differences from softmax: smallest mean / standard error (> 10)":
+            "min(paired_z.values())",
         "no normalisation: smallest MSE / largest of the others (> 1.2)":
             "mse['none (linear)'].min() / max(mse[name].max() for name in alternatives[:-1])",
         "all: smallest share of right arg-max (> 0.95)":
