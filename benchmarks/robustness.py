@@ -44,11 +44,11 @@ WATCHED: dict[str, dict[str, str]] = {
         "training error rises with the width (smallest step > 0)":
             "min(b - a for a, b in zip(train_errors, train_errors[1:]))",
         "narrow: training error / noise (< 1)": "tr_n / noise",
-        "narrow: test / training error (> 2)": "te_n / tr_n",
-        "narrow minus best test error (> 0)": "te_n - te_b",
+        "narrow: validation / training error (> 2)": "va_n / tr_n",
+        "narrow minus best validation error (> 0)": "va_n - va_b",
         "wide: training error / noise (> 2)": "tr_w / noise",
-        "wide / best test error (> 2)": "te_w / te_b",
-        "best width (> 0.05, < 2)": "best",
+        "wide / best validation error (> 2)": "va_w / va_b",
+        "best width (> 0.05, < 1)": "best",
         "shrinking width: smallest fall of the error (> 0)":
             "min(a - b for a, b in zip(shrinking_errors, shrinking_errors[1:]))",
         "shrinking width: first / last error (> 8)": "shrinking_errors[0] / shrinking_errors[-1]",
@@ -58,14 +58,13 @@ WATCHED: dict[str, dict[str, str]] = {
         "learned w (> 1)": "w_learned",
         "final loss minus the grid's lowest (<= 0.005)": "losses[-1] - min(loss_loo)",
         "largest weight, learned / w = 1 (> 1)":
-            "concentration(weights_param)[0] / concentration(weights_nw)[0]",
-        "keys used, learned / w = 1 (< 1)":
-            "concentration(weights_param)[1] / concentration(weights_nw)[1]",
+            "largest_weight(weights_param) / largest_weight(weights_nw)",
         "roughness, learned / w = 1 (> 2)": "roughness(y_hat_param) / roughness(y_hat_nw)",
-        "10 draws: largest error difference learned - w = 1 (< 0)": "max(differences)",
+        "10 draws: largest error difference learned - w = 1 (< 0)": "differences.max()",
         "10 draws: upper end of its 95% interval (< 0)": "high",
-        "10 draws: smallest learned w (> 1)": "min(ws)",
-        "10 draws: smallest roughness ratio (> 2)": "min(roughness_ratios)",
+        "10 draws: smallest learned w (> 1)": "ws.min()",
+        "10 draws: smallest roughness ratio (> 2)": "roughness_ratios.min()",
+        "exercise 1: mean best w, n = 500 / n = 50 (> 1)": "best_w[500].mean() / best_w[50].mean()",
         "exercise 3: learned loss minus the grid's lowest (<= 0.005)":
             "error_learned - search_errors[i_search]",
     },
@@ -91,19 +90,28 @@ WATCHED: dict[str, dict[str, str]] = {
         "Jacobian norm at d = 1024, scaled / unscaled (> 5)":
             "scaled['jacobian norm'][-1] / unscaled['jacobian norm'][-1]",
         "predicting 0: test MSE (0.9 .. 1.1)": "baseline",
-        "softmax: largest test MSE (< 0.05)": "max(mse['softmax'])",
-        "softmax: smallest retrieval accuracy (> 0.95)":
-            "min(r['retrieval accuracy'] for r in runs['softmax'])",
+        "softmax: largest test MSE (< 0.05)": "mse['softmax'].max()",
+        "softmax: smallest retrieval accuracy (> 0.95)": "table['softmax']['accuracy'].min()",
         "alternatives: smallest MSE / largest softmax MSE (> 3)":
-            "min(min(mse[name]) for name in alternatives) / max(mse['softmax'])",
+            "min(mse[name].min() for name in alternatives) / mse['softmax'].max()",
+        "paired differences from softmax: smallest mean / standard error (> 10)":
+            "min(paired_z.values())",
         "no normalisation: smallest MSE / largest of the others (> 1.2)":
-            "min(mse['none (linear)']) / max(max(mse[name]) for name in alternatives[:-1])",
+            "mse['none (linear)'].min() / max(mse[name].max() for name in alternatives[:-1])",
         "all: smallest share of right arg-max (> 0.95)":
-            "min(r['arg-max right'] for rs in runs.values() for r in rs)",
-        "softmax: smallest weight on the right key (> 0.95)":
-            "min(r['weight on the right key'] for r in runs['softmax'])",
+            "min(table[name]['arg-max right'].min() for name in mse)",
+        "softmax: smallest weight on the right key (> 0.95)": "table['softmax']['right weight'].min()",
         "sigmoid: smallest |sum of the weights - 1| (> 0.05)":
-            "min(abs(r['sum of the weights'] - 1) for r in runs['sigmoid'])",
+            "abs(table['sigmoid']['weight sum'] - 1).min()",
+        "exercise 6, sigmoid b = 0: smallest test MSE / predicting 0 (> 1)":
+            "sigmoid_0['test MSE'].min() / baseline",
+        "exercise 6, sigmoid b = 0: smallest sum of the weights (> 2)": "sigmoid_0['weight sum'].min()",
+        "exercise 6, sigmoid b = 0: smallest share of right arg-max (> 0.9)":
+            "sigmoid_0['arg-max right'].min()",
+        "exercise 6, softmax(0.1 s) minus softmax, smallest over seeds (> 0)":
+            "(softmax_01['test MSE'] - mse['softmax']).min()",
+        "exercise 6, softmax(0.1 s): largest MSE / smallest of the alternatives (< 1)":
+            "softmax_01['test MSE'].max() / min(mse[name].min() for name in alternatives)",
     },
     "04_multihead_attention": {
         "random heads: largest |weight - 1/T| (< 0.05)": "(w - 1 / T).abs().max()",
