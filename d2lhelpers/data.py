@@ -401,26 +401,50 @@ class Batch(NamedTuple):
         """The same batch on ``device``."""
         return Batch(*(t.to(device) for t in self))
 
+    def trimmed(self) -> Batch:
+        """The same batch without the columns that are padding in every row: ``src`` cut to its
+        longest source, ``dec_input`` and ``tgt`` to their longest target, shapes (B, T_src), (B,),
+        (B, T_tgt), (B, T_tgt), (B,). The models and the masked loss give the rows the same
+        outputs and losses (padding is masked; the decoder is causal), at less cost."""
+        T_src, T_tgt = int(self.src_valid_lens.max()), int(self.tgt_valid_lens.max())
+        return Batch(self.src[:, :T_src], self.src_valid_lens, self.dec_input[:, :T_tgt],
+                     self.tgt[:, :T_tgt], self.tgt_valid_lens)
+
 
 class BatchLoader:
     """Iterates over rows of the given tensors in batches of :class:`Batch`, in a new random order
     each time it is iterated (each epoch) when ``shuffle``; the orders repeat from run to run,
-    being drawn from a generator seeded once with ``seed``."""
+    being drawn from a generator seeded once with ``seed``.
 
-    def __init__(self, tensors: Sequence[torch.Tensor], batch_size: int, shuffle: bool, seed: int):
+    With ``lengths`` (N,), the batches are bucketed by length: each epoch the rows are shuffled,
+    then sorted by ``lengths`` (a stable sort, so rows of equal length stay in random order), cut
+    into batches of neighbours, and the batches are shuffled. Each batch is then
+    :meth:`Batch.trimmed` to its longest row, so that it carries little padding.
+    """
+
+    def __init__(self, tensors: Sequence[torch.Tensor], batch_size: int, shuffle: bool, seed: int,
+                 lengths: torch.Tensor | None = None):
         self.tensors, self.batch_size, self.shuffle = tensors, batch_size, shuffle
+        self.lengths = lengths
         self.generator = torch.Generator().manual_seed(seed)
 
     def __len__(self) -> int:
         """Number of batches per epoch (the last one may be smaller)."""
         return -(-len(self.tensors[0]) // self.batch_size)
 
+    def _shuffled(self, n: int) -> torch.Tensor:
+        return torch.randperm(n, generator=self.generator) if self.shuffle else torch.arange(n)
+
     def __iter__(self):
-        n = len(self.tensors[0])
-        order = torch.randperm(n, generator=self.generator) if self.shuffle else torch.arange(n)
-        for start in range(0, n, self.batch_size):
-            rows = order[start:start + self.batch_size]
-            yield Batch(*(t[rows] for t in self.tensors))
+        order = self._shuffled(len(self.tensors[0]))
+        if self.lengths is None:
+            for rows in order.split(self.batch_size):
+                yield Batch(*(t[rows] for t in self.tensors))
+            return
+        order = order[torch.sort(self.lengths[order], stable=True).indices]  # short rows first
+        batches = order.split(self.batch_size)
+        for i in self._shuffled(len(batches)):
+            yield Batch(*(t[batches[i]] for t in self.tensors)).trimmed()
 
 
 class TranslationData:
@@ -473,16 +497,29 @@ class TranslationData:
         """Number of training pairs."""
         return len(self.train_pairs)
 
-    def train_loader(self, batch_size: int | None = None, shuffle: bool = True) -> BatchLoader:
+    def train_loader(self, batch_size: int | None = None, shuffle: bool = True,
+                     bucket: bool = False) -> BatchLoader:
         """The training pairs in batches of ``batch_size`` (default ``self.batch_size``), each a
         :class:`Batch` with shapes (B, T), (B,), (B, T), (B, T), (B,).
 
         Shuffled, each epoch in a new order, by a generator seeded with ``self.seed`` (plus the
         seed offset of a robustness run, see :func:`~d2lhelpers.basics.offset_seed`): the sequence
         of epochs is the same on every run.
+
+        With ``bucket``, each batch holds pairs of similar lengths (sorted by target length, then
+        source length; pairs of equal lengths are drawn at random) and is trimmed to its longest
+        source and target: shapes (B, T_src), (B,), (B, T_tgt), (B, T_tgt), (B,) with T_src,
+        T_tgt <= T, so padding costs little. Every pair still comes once per epoch, and the order
+        of the batches is shuffled each epoch.
         """
+        if batch_size is not None:
+            check_int(batch_size, "batch_size")
+        if not isinstance(bucket, bool):
+            raise ValueError(f"bucket must be True or False, got {bucket!r}")
+        # lexicographic (target length, source length) as one integer
+        lengths = self.tgt_valid_lens * (self.num_steps + 1) + self.src_valid_lens if bucket else None
         return BatchLoader([self.src, self.src_valid_lens, self.dec_input, self.tgt, self.tgt_valid_lens],
-                           batch_size or self.batch_size, shuffle, offset_seed(self.seed))
+                           batch_size or self.batch_size, shuffle, offset_seed(self.seed), lengths)
 
     def encode_source(self, sentences):
         """Source tensor and valid lengths for one sentence (a str) or a list of sentences.

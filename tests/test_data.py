@@ -317,6 +317,89 @@ def test_translation_data_batches(tmp_path, no_network):
     assert torch.equal(torch.cat([b[0] for b in d.train_loader(shuffle=False)]), d.src)
 
 
+def bucketing_data(seed=0):
+    """Pairs of many lengths (1 to 8 source words, 1 to 9 target words), some cut at num_steps."""
+    words = ["go", "run", "see", "win", "wait", "now", "it", "home"]
+    pairs = [(" ".join(words[i % 8:i % 8 + 1 + i % 7] + ["."]),
+              " ".join(["je"] + words[:1 + (5 * i) % 9]) + " !") for i in range(40)]
+    return data.TranslationData(pairs, batch_size=6, num_steps=8, min_freq=1, seed=seed)
+
+
+def rows_of(batches):
+    """Every row of the batches as its valid source and target tokens, in order of appearance."""
+    return [(tuple(b.src[i, :b.src_valid_lens[i]].tolist()), tuple(b.tgt[i, :b.tgt_valid_lens[i]].tolist()))
+            for b in batches for i in range(len(b.src))]
+
+
+def test_bucketed_batches_hold_every_pair_once_per_epoch_trimmed_to_their_longest_row():
+    d = bucketing_data()
+    all_rows = sorted(rows_of([data.Batch(d.src, d.src_valid_lens, d.dec_input, d.tgt, d.tgt_valid_lens)]))
+    loader = d.train_loader(bucket=True)
+    assert len(loader) == 7  # 40 pairs in batches of 6
+    for _ in range(3):  # three epochs
+        batches = list(loader)
+        assert len(batches) == 7 and sorted(rows_of(batches)) == all_rows
+        for b in batches:
+            T_src, T_tgt = int(b.src_valid_lens.max()), int(b.tgt_valid_lens.max())
+            assert b.src.shape == (len(b.src), T_src) and T_src <= d.num_steps
+            assert b.tgt.shape == b.dec_input.shape == (len(b.src), T_tgt) and T_tgt <= d.num_steps
+            assert torch.equal(b.dec_input[:, 1:], b.tgt[:, :-1])  # still shifted by one step
+            assert (b.dec_input[:, 0] == d.tgt_vocab.bos).all()
+        # neighbours by length: the (target, source) lengths of two batches never interleave
+        keys = [sorted(zip(b.tgt_valid_lens.tolist(), b.src_valid_lens.tolist())) for b in batches]
+        spans = sorted((k[0], k[-1]) for k in keys)
+        assert all(high <= next_low for (_, high), (next_low, _) in zip(spans, spans[1:]))
+    assert max(len(set(b.tgt_valid_lens.tolist())) for b in batches) < len(set(d.tgt_valid_lens.tolist()))
+
+
+def test_bucketed_order_repeats_with_the_seed_and_changes_every_epoch():
+    def epochs(seed, n=3):
+        loader = bucketing_data(seed).train_loader(bucket=True)
+        return [rows_of(loader) for _ in range(n)]
+
+    first = epochs(seed=0)
+    assert first == epochs(seed=0)  # the same sequence of epochs on every run
+    assert first[0] != first[1] != first[2] and first[0] != first[2]  # a new order each epoch
+    assert first != epochs(seed=1)
+    # which pairs share a batch changes too, not only the order of the batches
+    loader = bucketing_data().train_loader(bucket=True)
+    compositions = [{frozenset(rows_of([b])) for b in loader} for _ in range(2)]
+    assert compositions[0] != compositions[1]
+    # without shuffling: short pairs first, the same every time
+    fixed = bucketing_data().train_loader(bucket=True, shuffle=False)
+    lengths = [(int(t), int(s)) for b in fixed for t, s in zip(b.tgt_valid_lens, b.src_valid_lens)]
+    assert lengths == sorted(lengths) and rows_of(fixed) == rows_of(fixed)
+
+
+def test_unbucketed_batches_keep_their_full_width():
+    d = bucketing_data()
+    assert all(b.src.shape[1] == b.tgt.shape[1] == d.num_steps for b in d.train_loader())
+    assert torch.equal(torch.cat([b.src for b in d.train_loader(shuffle=False)]), d.src)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(bucket="yes"), "bucket must be True or False, got 'yes'"),
+    (dict(bucket=1), "bucket must be True or False, got 1"),
+    (dict(batch_size=0), "batch_size must be a positive int, got 0"),
+    (dict(batch_size=2.5), "batch_size must be a positive int, got 2.5"),
+])
+def test_train_loader_rejects_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        bucketing_data().train_loader(**kwargs)
+
+
+def test_trimmed_batch_drops_only_columns_of_padding():
+    d = bucketing_data()
+    full = data.Batch(d.src[:5], d.src_valid_lens[:5], d.dec_input[:5], d.tgt[:5], d.tgt_valid_lens[:5])
+    trimmed = full.trimmed()
+    T_src, T_tgt = trimmed.src.shape[1], trimmed.tgt.shape[1]
+    assert (T_src, T_tgt) == (int(full.src_valid_lens.max()), int(full.tgt_valid_lens.max()))
+    assert (full.src[:, T_src:] == d.src_vocab.pad).all() and (full.tgt[:, T_tgt:] == d.tgt_vocab.pad).all()
+    assert torch.equal(trimmed.src, full.src[:, :T_src]) and torch.equal(trimmed.tgt, full.tgt[:, :T_tgt])
+    assert torch.equal(trimmed.dec_input, full.dec_input[:, :T_tgt])
+    assert all(torch.equal(a, b) for a, b in zip(trimmed.trimmed(), trimmed))  # idempotent
+
+
 def test_vocabularies_come_from_training_pairs_only(tmp_path):
     pairs = PAIRS + [("Zebra.", "Zèbre.")]
     for seed in range(30):  # find a seed that holds "zebra ." out
