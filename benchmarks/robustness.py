@@ -230,11 +230,19 @@ WATCHED: dict[str, dict[str, str]] = {
         "RoPE - sinusoidal, 16-63: mean over seeds (not asserted)": "gain.mean().item()",
         "RoPE - sinusoidal, 16-63: lower end of the 95% interval (> 0.3)": "low",
         "naive / online peak memory at the largest T (not asserted; growth asserted)": "ratio",
-        "LM: last / first epoch training loss (< 0.8)": "epoch_losses[-1] / epoch_losses[0]",
-        "LM: held-out perplexity (not asserted)": "lm_ppl",
-        "LM / bigram held-out perplexity (< 0.8)": "lm_ppl / bigram_ppl",
+        "LM: parameter counts, relative gap between the two sets of pieces (< 0.01)": "size_gap",
+        "LM: highest last / first-epoch held-out perplexity over runs (< 0.9)":
+            "max(c[-1] / c[0] for c in lm_curves.values())",
+        "LM: highest held-out perplexity of any run / bigram's (< 0.8)":
+            "max(p for runs in perplexity.values() for p in runs) / bigram_ppl",
+        "RMSNorm + SwiGLU - 2017: mean paired difference (not asserted)": "difference.mean().item()",
+        "RMSNorm + SwiGLU - 2017: 95% interval, low end (not asserted)": "interval.low",
+        "RMSNorm + SwiGLU - 2017: 95% interval, high end (not asserted)": "interval.high",
+        "RMSNorm + SwiGLU - 2017: far end of the interval / perplexity (< 0.08)": "largest",
         "generation: cache speed-up at the longest length (> 1.3)": "speedups[-1]",
         "distinct sampled sentences at tau = 1.5, of 20 (> 1)": "distinct['tau = 1.5']",
+        "exercise 4: |mean g = 4 - g = 1| / perplexity (< 0.05)":
+            "abs(g4_minus_g1.mean().item()) / kv_perplexity[2][0]",
     },
 }
 

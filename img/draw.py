@@ -614,6 +614,111 @@ def label_smoothing():
     return fig
 
 
+def grouped_query_heads():
+    """Which key-value head each query head reads: multi-head, grouped-query, multi-query (10)."""
+    fig, ax = canvas(9.0, 3.3)
+    h = 4
+    panels = [(4, "multi-head attention", "g = h = 4"),
+              (2, "grouped-query attention", "g = 2"),
+              (1, "multi-query attention", "g = 1")]
+    qw, qh, y_q, y_kv = 0.5, 0.32, 2.3, 0.9
+    for p, (g, title, subtitle) in enumerate(panels):
+        x0 = 0.2 + 3.0 * p
+        label(ax, x0 + 1.3, 3.1, title, size=11, weight="bold")
+        label(ax, x0 + 1.3, 2.82, subtitle, size=9.5, color="#555555")
+        q_centres = [x0 + 0.2 + qw / 2 + i * 0.6 for i in range(h)]
+        group = h // g  # query heads per key-value head
+        for j in range(g):  # key-value head j: K above V, under the query heads it serves
+            xc = sum(q_centres[j * group:(j + 1) * group]) / group
+            box(ax, xc - qw / 2, y_kv + qh, qw, qh, f"K{j}", KEY, KEY_EDGE, size=9)
+            box(ax, xc - qw / 2, y_kv, qw, qh, f"V{j}", VALUE, VALUE_EDGE, size=9)
+            ax.add_patch(Rectangle((xc - qw / 2 - 0.04, y_kv - 0.04), qw + 0.08, 2 * qh + 0.08,
+                                   fill=False, edgecolor=HEAD_COLOURS[j], linewidth=2.2))
+            for i in range(j * group, (j + 1) * group):
+                box(ax, q_centres[i] - qw / 2, y_q, qw, qh, f"Q{i}", QUERY, QUERY_EDGE, size=9)
+                ax.add_patch(Rectangle((q_centres[i] - qw / 2 - 0.04, y_q - 0.04), qw + 0.08,
+                                       qh + 0.08, fill=False, edgecolor=HEAD_COLOURS[j],
+                                       linewidth=2.2))
+                arrow(ax, (q_centres[i], y_q - 0.05), (xc, y_kv + 2 * qh + 0.05),
+                      color="#666666", lw=1.1)
+        label(ax, x0 + 1.3, 0.62, f"cached per token and layer: {g} key-value "
+              f"head{'s' if g > 1 else ''}", size=9)
+        label(ax, x0 + 1.3, 0.36, f"W_k, W_v: d_model × {g}·d_k", size=9, color="#555555")
+    label(ax, 4.5, 0.08, "query head i reads key-value head i // (h/g): each colour is one group "
+          "of h/g query heads sharing a key-value head", size=9, color="#555555")
+    return fig
+
+
+def online_softmax_tiles():
+    """The online softmax over blocks of keys: one tile of scores at a time, a running max m
+    and sum l per query (FlashAttention's tiles) (10)."""
+    fig, ax = canvas(9.0, 4.4)
+    # Left: the T_q x T_k score matrix in tiles of 2 queries x 4 keys
+    T_q, T_k, bq, bk, cell = 6, 12, 2, 4, 0.27
+    x0, y0 = 0.45, 1.55
+    label(ax, x0 + T_k * cell / 2, 4.15, "the scores, in tiles", size=11, weight="bold")
+    label(ax, x0 + T_k * cell / 2, 3.87, "never all in memory at once", size=9,
+          color="#555555")
+    current_row, current_col = 1, 2  # the tile being computed
+    for i in range(T_q):
+        for j in range(T_k):
+            r, c = i // bq, j // bk
+            if r == current_row and c < current_col:
+                face = "#f4c7c3"  # already folded into m, l, a
+            elif r == current_row and c == current_col:
+                face = WEIGHT  # the one tile held now
+            else:
+                face = "white"
+            ax.add_patch(Rectangle((x0 + j * cell, y0 + (T_q - 1 - i) * cell), cell, cell,
+                                   facecolor=face, edgecolor="#dddddd", linewidth=0.6))
+    for c in range(T_k // bk + 1):
+        ax.plot([x0 + c * bk * cell] * 2, [y0, y0 + T_q * cell], color="#555555", lw=1.3)
+    for r in range(T_q // bq + 1):
+        ax.plot([x0, x0 + T_k * cell], [y0 + r * bq * cell] * 2, color="#555555", lw=1.3)
+    label(ax, x0 + T_k * cell / 2, y0 + T_q * cell + 0.2, "keys, in blocks of 4", size=9)
+    label(ax, x0 - 0.2, y0 + T_q * cell / 2, "queries", size=9, rotation=90)
+    for k_block in range(T_k // bk):
+        label(ax, x0 + (k_block + 0.5) * bk * cell, y0 - 0.17, f"block {k_block + 1}", size=8.5)
+    legend = [("#f4c7c3", "done: folded into m, ℓ, a"), (WEIGHT, "the one tile held now"),
+              ("white", "not yet (other query blocks: in parallel)")]
+    for n, (face, text) in enumerate(legend):
+        ax.add_patch(Rectangle((x0, 0.95 - n * 0.25), 0.16, 0.14, facecolor=face,
+                               edgecolor="#999999", linewidth=0.6))
+        label(ax, x0 + 0.24, 1.02 - n * 0.25, text, size=8.5, ha="left")
+
+    # Right: one query's scores, block by block, with its running max m and sum l
+    scores = np.array([0.4, -1.2, 0.1, -0.3, 1.5, 0.2, -0.8, 0.9, 1.1, -0.5])
+    blocks = [scores[0:4], scores[4:8], scores[8:10]]
+    xr, c2 = 4.1, 0.4
+    label(ax, xr + 2.3, 4.15, "one query, block by block", size=11, weight="bold")
+    label(ax, xr + 2.3, 3.87, r"$m' = \max(m, \max_j s_j)$,   "
+          r"$\ell' = e^{m - m'}\ell + \sum_j e^{s_j - m'}$", size=9.5)
+    m, l = -np.inf, 0.0
+    for b, block in enumerate(blocks):
+        y = 3.05 - b * 0.85
+        label(ax, xr + 0.3, y + c2 / 2, f"block {b + 1}", size=9, ha="center")
+        for j, s in enumerate(block):
+            box(ax, xr + 0.7 + j * c2, y, c2, c2, f"{s:+.1f}", "white", "#888888", size=8,
+                rounded=False)
+        m_new = max(m, block.max())
+        correction = np.exp(m - m_new) if np.isfinite(m) else 0.0
+        l = l * correction + np.exp(block - m_new).sum()
+        note = ("" if b == 0 else "max unchanged: no rescaling" if m_new == m
+                else f"max grew: ℓ, a × e^({m:.1f} − {m_new:.1f}) = × {correction:.2f}")
+        m = m_new
+        label(ax, xr + 0.7 + 4 * c2 + 0.15, y + c2 / 2 + 0.1, f"m = {m:.2f},  ℓ = {l:.2f}",
+              size=9.5, ha="left")
+        label(ax, xr + 0.7 + 4 * c2 + 0.15, y + c2 / 2 - 0.16, note, size=8, ha="left",
+              color="#555555")
+    exact = np.exp(scores - scores.max()).sum()
+    assert abs(exact - l) < 1e-12 and m == scores.max()
+    label(ax, xr + 2.3, 0.72, f"after the last block: m = max of all scores, ℓ = Σ e^(s − m) "
+          f"= {l:.2f},", size=9)
+    label(ax, xr + 2.3, 0.45, r"and $\mathbf{a} / \ell = \mathrm{softmax}(\mathbf{s})\,V$ "
+          "exactly, the same for every block size", size=9)
+    return fig
+
+
 # The diagrams, by file name; the notebooks that show each are found by tests/test_diagrams.py.
 DIAGRAMS = {
     "attention_cues": attention_cues,
@@ -626,6 +731,8 @@ DIAGRAMS = {
     "kv_cache": kv_cache,
     "beam_search": beam_search,
     "label_smoothing": label_smoothing,
+    "grouped_query_heads": grouped_query_heads,
+    "online_softmax_tiles": online_softmax_tiles,
 }
 
 
