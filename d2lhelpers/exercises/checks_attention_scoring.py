@@ -3,18 +3,49 @@ and the valid lengths of a causal mask."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
 from ..attention import causal_valid_lens, masked_softmax
 from .cases import labelled, randn, random_sizes, seeded_generator
-from .runner import run_check
+from .runner import Symptom, run_check
 
 __all__ = ['check_multiplicative_scores', 'check_causal_lens']
 
 
-def check_multiplicative_scores(fn: Callable, seed: int = 0, hint: int = 1) -> None:
+# The classic mistakes, each as the function that makes it ----------------------------------------
+
+def _wrong_scores(queries, keys, W, transpose_W=False, scale=None, transpose_scores=False,
+                  softmax=None):
+    """Luong's scores, right by default; each argument away from its default is a mistake."""
+    scores = queries @ (W.T if transpose_W else W) @ keys.transpose(1, 2)  # (B, T_q, T_k)
+    if scale == "queries":
+        scores = scores / math.sqrt(queries.shape[-1])
+    elif scale == "keys":
+        scores = scores / math.sqrt(keys.shape[-1])
+    if softmax is not None:
+        scores = torch.softmax(scores, dim=softmax)
+    return scores.transpose(1, 2) if transpose_scores else scores
+
+
+_MULTIPLICATIVE_SCORES_MISTAKES = {
+    "Your W is transposed: with W of shape (q_size, k_size), the query goes on its left and the "
+    "key on its right, q W k.": partial(_wrong_scores, transpose_W=True),
+    "Your scores are scaled by the square root of a width: Luong's multiplicative score is q W k "
+    "itself, without a scale.": (partial(_wrong_scores, scale="queries"),
+                                 partial(_wrong_scores, scale="keys")),
+    "Your scores are transposed, (B, T_k, T_q): row i must hold query i's scores against every "
+    "key, (B, T_q, T_k).": partial(_wrong_scores, transpose_scores=True),
+    "You return attention weights (a softmax of the scores): the exercise asks for the scores "
+    "themselves.": tuple(partial(_wrong_scores, softmax=dim) for dim in (-1, -2, 0)),
+}
+
+
+def check_multiplicative_scores(fn: Callable, seed: int = 0, hint: int = 1, *,
+                                verbose: bool = False) -> None:
     """fn(queries (B, T_q, q_size), keys (B, T_k, k_size), W (q_size, k_size)) -> scores
     (B, T_q, T_k) with score[b, i, j] = queries[b, i] @ W @ keys[b, j]."""
     generator = seeded_generator(seed)
@@ -38,10 +69,39 @@ def check_multiplicative_scores(fn: Callable, seed: int = 0, hint: int = 1) -> N
                      "with keys.transpose(1, 2) compute all of them at once, shape (B, T_q, T_k). "
                      "W is (q_size, k_size): it goes between the queries and the keys, "
                      "untransposed."),
-              hint=hint)
+              hint=hint, mistakes=_MULTIPLICATIVE_SCORES_MISTAKES, verbose=verbose)
 
 
-def check_causal_lens(fn: Callable, seed: int = 0, hint: int = 1) -> None:
+def _shaped(got, *shapes) -> bool:
+    """Whether ``got`` is a tensor of one of the given shapes."""
+    return isinstance(got, torch.Tensor) and tuple(got.shape) in shapes
+
+
+_CAUSAL_LENS_MISTAKES = {
+    "You return one row of lengths (T_q,): the exercise asks for one row per sequence, "
+    "(B, T_q).": Symptom(lambda got, B, T: _shaped(got, (T,))),
+    "Your lengths have shape (T_q, B): one row per sequence, (B, T_q), is expected.":
+        Symptom(lambda got, B, T: _shaped(got, (T, B))),
+    "You return one length per sequence (B,): a causal mask needs one per query, (B, T_q).":
+        Symptom(lambda got, B, T: _shaped(got, (B,))),
+    "You return a mask of the keys each query sees: the exercise asks for how many keys each "
+    "query sees, a valid length per query (B, T_q).":
+        Symptom(lambda got, B, T: _shaped(got, (B, T, T), (T, T))),
+    "Your lengths are one short: query i sees keys 0 .. i; does it see itself?":
+        lambda B, T: torch.arange(T).expand(B, T),
+    "Your lengths are one too long: query i sees keys 0 .. i, and no further.":
+        lambda B, T: torch.arange(2, T + 2).expand(B, T),
+    "Your lengths let every query see all the keys: query i may see keys 0 .. i only.":
+        lambda B, T: torch.full((B, T), T),
+    "Your lengths let every query see key 0 only: query i sees keys 0 .. i.":
+        lambda B, T: torch.ones(B, T, dtype=torch.long),
+    "Your lengths run backwards (query 0 sees the most keys): query i sees keys 0 .. i.":
+        lambda B, T: torch.arange(T, 0, -1).expand(B, T),
+}
+
+
+def check_causal_lens(fn: Callable, seed: int = 0, hint: int = 1, *,
+                      verbose: bool = False) -> None:
     """fn(batch_size, num_queries) -> valid lengths (B, T_q) under which d2lh.masked_softmax lets
     query i see keys 0 .. i only. Compared through the weights masked_softmax gives equal scores."""
 
@@ -61,4 +121,8 @@ def check_causal_lens(fn: Callable, seed: int = 0, hint: int = 1) -> None:
                      "many keys may query 0 see? And query 1?",
                      "query i sees keys 0..i, so its valid length is i + 1: lengths 1, 2, ..., "
                      "T_q for every sequence, shape (B, T_q)."),
-              hint=hint)
+              hint=hint, mistakes=_CAUSAL_LENS_MISTAKES, verbose=verbose)
+
+
+MISTAKES = {"check_multiplicative_scores": _MULTIPLICATIVE_SCORES_MISTAKES,
+            "check_causal_lens": _CAUSAL_LENS_MISTAKES}  # the catalogues, for the tests

@@ -4,6 +4,7 @@ real tokens only, and one step of beam search."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
@@ -24,7 +25,78 @@ def _real_token_smoothing(logits, targets, valid_lens, eps, real_tokens):
     return ((1 - eps) * nll + eps * uniform).mean()
 
 
-def check_real_token_smoothing(fn: Callable, seed: int = 0, hint: int = 1) -> None:
+# The classic mistakes, each as the function that makes it ----------------------------------------
+
+def _wrong_smoothing(logits, targets, valid_lens, eps, real_tokens, spread="real", divide="R",
+                     log="log_softmax", padding="selected", weights="right", average="positions",
+                     uniform_part="mean", target_in_uniform=True):
+    """Label smoothing over the real tokens, right by default; each other value of an argument
+    is a classic mistake."""
+    B, T, V = logits.shape
+    valid = torch.arange(T)[None, :] < valid_lens[:, None]  # (B, T)
+    log_p = (torch.log(torch.softmax(logits, dim=-1)) if log == "log(softmax)"
+             else torch.log_softmax(logits, dim=-1))  # (B, T, V)
+    nll = -log_p.gather(2, targets[..., None]).squeeze(2)  # (B, T)
+    over = {"real": real_tokens, "all": torch.ones(V, dtype=torch.bool),
+            "not real": ~real_tokens}[spread]
+    if log == "dense":  # the target distribution written out: 0 * -inf is NaN
+        q = over.to(log_p.dtype) * eps / over.sum()
+        q = q.expand_as(log_p).scatter_add(2, targets[..., None],
+                                           torch.full_like(nll[..., None], 1 - eps))
+        losses = -(q * log_p).sum(dim=-1)
+    else:
+        chosen = over.expand_as(log_p).clone()
+        if not target_in_uniform:  # eps over the real tokens other than the target
+            chosen.scatter_(2, targets[..., None], False)
+        total = log_p.masked_fill(~chosen, 0.0).sum(dim=-1)  # over the chosen tokens only
+        count = {"R": chosen.sum(dim=-1), "V": torch.full_like(nll, V)}[divide]
+        uniform = -total / count if uniform_part == "mean" else -total
+        keep, smooth = (1 - eps, eps) if weights == "right" else (eps, 1 - eps)
+        losses = keep * nll + smooth * uniform  # (B, T)
+    if padding == "multiplied":
+        return (losses * valid).sum() / valid.sum()
+    if padding == "kept":
+        return losses.mean()
+    if average == "sum":
+        return losses[valid].sum()
+    if average == "sentences":
+        return torch.stack([losses[b, :int(valid_lens[b])].mean() for b in range(B)]).mean()
+    return losses[valid].mean()
+
+
+_REAL_TOKEN_SMOOTHING_MISTAKES = {
+    "Your smoothing spreads eps over all V tokens: here it goes to the real tokens only, none to "
+    "<pad> or <bos>.": (partial(_wrong_smoothing, spread="all"),
+                        partial(_wrong_smoothing, spread="all", log="dense")),
+    "Your uniform part divides by V: eps is shared by the R real tokens, so the sum over them is "
+    "divided by R.": partial(_wrong_smoothing, divide="V"),
+    "Your uniform part is a sum over the real tokens: it is their mean (eps / R each).":
+        partial(_wrong_smoothing, uniform_part="sum"),
+    "Your log-probabilities are the log of the softmax, which underflows to -inf for a very "
+    "unlikely token: log_softmax computes them without that.": partial(_wrong_smoothing,
+                                                                      log="log(softmax)"),
+    "Your loss multiplies the target distribution by log p over every token: where a token is "
+    "not real its -inf log-probability times 0 is NaN; sum over the real tokens only.":
+        partial(_wrong_smoothing, log="dense"),
+    "Your loss removes the padding by multiplying with a 0/1 mask: 0 * NaN is NaN; select the "
+    "valid positions instead.": partial(_wrong_smoothing, padding="multiplied"),
+    "Your loss averages over every position, padding included: only the valid positions count.":
+        partial(_wrong_smoothing, padding="kept"),
+    "Your loss is a sum over the valid positions: the exercise asks for their mean.":
+        partial(_wrong_smoothing, average="sum"),
+    "Your loss averages each sentence first, then the sentences: the mean is over all the valid "
+    "positions together.": partial(_wrong_smoothing, average="sentences"),
+    "Your weights are swapped: the target keeps 1 - eps and the uniform part gets eps.":
+        partial(_wrong_smoothing, weights="swapped"),
+    "Your uniform part covers the tokens that are not real: it covers those where real_tokens is "
+    "True.": partial(_wrong_smoothing, spread="not real"),
+    "Your uniform part leaves out the target: eps / R goes to every real token, the target "
+    "included.": partial(_wrong_smoothing, target_in_uniform=False),
+}
+
+
+def check_real_token_smoothing(fn: Callable, seed: int = 0, hint: int = 1, *,
+                               verbose: bool = False) -> None:
     """fn(logits, targets, valid_lens, eps, real_tokens) -> the label-smoothed cross-entropy whose
     uniform part covers the real tokens only: the target distribution at a position is
     (1 - eps) on the target plus eps / R on each of the R tokens where ``real_tokens`` (V,) is
@@ -73,10 +145,82 @@ def check_real_token_smoothing(fn: Callable, seed: int = 0, hint: int = 1) -> No
                      "by V), so the -inf of a token that is not real never enters; keep the valid "
                      "positions by selecting them (torch.where or indexing), never by multiplying "
                      "with a 0/1 mask, since 0 * NaN is NaN."),
-              hint=hint)
+              hint=hint, mistakes=_REAL_TOKEN_SMOOTHING_MISTAKES, verbose=verbose)
 
 
-def check_advance_beams(fn: Callable, seed: int = 0, hint: int = 1) -> None:
+def _wrong_advance_beams(log_probs, lengths, finished, step_log_probs, eos, alpha,
+                         finished_continue="with <eos> free", totals="added", grow="unfinished",
+                         rank="by sentence", order="best first", unravel="by V",
+                         normalise=True, ended="parent or <eos>", returned="totals",
+                         outputs="in order"):
+    """One beam-search step, right by default; each other value of an argument is a classic
+    mistake."""
+    B, k, V = step_log_probs.shape
+    if finished_continue != "like the others":
+        carry = torch.full_like(step_log_probs, float("-inf"))
+        carry[..., eos] = 0.0 if finished_continue == "with <eos> free" else \
+            step_log_probs[..., eos]
+        step_log_probs = torch.where(finished[..., None], carry, step_log_probs)
+    candidates = log_probs[..., None] + step_log_probs if totals == "added" else step_log_probs
+    new_lengths = {"unfinished": torch.where(finished, lengths, lengths + 1),
+                   "all": lengths + 1, "none": lengths}[grow]
+    scores = candidates / new_lengths[..., None].to(candidates.dtype) ** alpha if normalise \
+        else candidates
+    if rank == "by beam":  # each beam keeps its own best token, beams ranked by it
+        best_token = scores.argmax(dim=-1)  # (B, k)
+        index = torch.arange(k)[None, :] * V + best_token
+        index = index.gather(1, scores.reshape(B, k * V).gather(1, index).argsort(
+            dim=-1, descending=True))
+    elif rank == "whole batch":
+        index = (scores.reshape(-1).topk(B * k).indices % (k * V)).reshape(B, k)
+    else:
+        index = scores.reshape(B, k * V).sort(dim=-1, descending=order == "best first").indices
+        index = index[:, :k]
+    parents, tokens = (index // V, index % V) if unravel == "by V" else (index % k, index // k)
+    done = finished.gather(1, parents)
+    if ended == "parent or <eos>":
+        done = done | (tokens == eos)
+    chosen = (candidates if returned == "totals" else scores).reshape(B, k * V).gather(1, index)
+    results = (chosen, new_lengths.gather(1, parents), done, parents, tokens)
+    return results if outputs == "in order" else results[:3] + (tokens, parents)
+
+
+_ADVANCE_BEAMS_MISTAKES = {
+    "Your beams each keep their own best token: the k survivors are the best of all k * V "
+    "candidates of the sentence, several of them may extend one beam.":
+        partial(_wrong_advance_beams, rank="by beam"),
+    "Your candidates' totals leave out their beam's log-probability: a candidate's total adds "
+    "its beam's log-probability to its token's.": partial(_wrong_advance_beams, totals="step"),
+    "Your candidate index is split with k instead of V: a sentence's k * V candidates are laid "
+    "out beam by beam, V tokens each.": partial(_wrong_advance_beams, unravel="by k"),
+    "Your top k runs over the whole batch: each sentence keeps its own k best candidates.":
+        partial(_wrong_advance_beams, rank="whole batch"),
+    "Your survivors come worst first: the k best candidates, best first.":
+        partial(_wrong_advance_beams, order="worst first"),
+    "Your finished beams are extended like the others: a finished beam has one candidate, "
+    "itself, continued by <eos> at no cost.": partial(_wrong_advance_beams,
+                                                      finished_continue="like the others"),
+    "Your finished beams pay for their <eos>: a finished beam continues at no cost, its "
+    "log-probability unchanged.": partial(_wrong_advance_beams,
+                                          finished_continue="with <eos> paid"),
+    "Your finished beams grow longer: a finished beam keeps its length.":
+        partial(_wrong_advance_beams, grow="all"),
+    "Your lengths do not grow: a candidate that extends an unfinished beam is one token longer.":
+        partial(_wrong_advance_beams, grow="none"),
+    "Your candidates are ranked by their total log-probability: they are ranked by log P / "
+    "length^alpha.": partial(_wrong_advance_beams, normalise=False),
+    "Your new log_probs are the length-normalised scores: the beams keep their total "
+    "log-probabilities; the normalised score only ranks them.":
+        partial(_wrong_advance_beams, returned="scores"),
+    "Your beams that produce <eos> are not marked finished: a candidate whose token is <eos> is "
+    "finished.": partial(_wrong_advance_beams, ended="parent only"),
+    "You return tokens before parents: the results are (log_probs, lengths, finished, parents, "
+    "tokens).": partial(_wrong_advance_beams, outputs="swapped"),
+}
+
+
+def check_advance_beams(fn: Callable, seed: int = 0, hint: int = 1, *,
+                        verbose: bool = False) -> None:
     """fn(log_probs, lengths, finished, step_log_probs, eos, alpha) -> (log_probs, lengths,
     finished, parents, tokens), each (B, k): one step of beam search, as ``d2lh.advance_beams``
     takes it. log_probs (B, k): each beam's total log-probability (-inf for a beam not started);
@@ -150,4 +294,8 @@ def check_advance_beams(fn: Callable, seed: int = 0, hint: int = 1) -> None:
                      "topk(k) of the scores, candidate index c is beam c // V with token c % V; "
                      "gather the totals, the lengths (by parent) and finished (by parent, or the "
                      "token is <eos>)."),
-              hint=hint)
+              hint=hint, mistakes=_ADVANCE_BEAMS_MISTAKES, verbose=verbose)
+
+
+MISTAKES = {"check_real_token_smoothing": _REAL_TOKEN_SMOOTHING_MISTAKES,
+            "check_advance_beams": _ADVANCE_BEAMS_MISTAKES}  # the catalogues, for the tests
