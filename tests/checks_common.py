@@ -135,10 +135,11 @@ MAX_LINES = 15  # a failure's message, by default: about a screen
 def attention_weights(scores, valid_lens, fill="package"):
     """The softmax of scores (..., T_q, T_k) over the keys each query may see, as a learner
     writes it: no mask when valid_lens is None; d2lh.masked_softmax (fill="package": a row with
-    no valid key stays 0); or -inf in masked places (fill="-inf": such a row becomes NaN)."""
+    no valid key stays 0); or a number in masked places (fill="-inf": such a row becomes NaN;
+    fill="-1e9": it becomes uniform)."""
     if valid_lens is None:
         return torch.softmax(scores, dim=-1)
     if fill == "package":
         return d2lh.masked_softmax(scores, valid_lens)
     allowed = d2lh.valid_lens_to_mask(valid_lens, scores.shape[-2], scores.shape[-1])
-    return torch.softmax(scores.masked_fill(~allowed, -math.inf), dim=-1)
+    return torch.softmax(scores.masked_fill(~allowed, float(fill)), dim=-1)

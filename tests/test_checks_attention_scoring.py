@@ -25,7 +25,7 @@ CHECKS = {
                          "W is transposed"),
         "scaled like dot-product attention": (
             lambda q, k, W: q @ W @ k.transpose(1, 2) / math.sqrt(q.shape[-1]), "differ",
-            "scaled by the square root"),
+            "scaled by a width"),
         "keys not transposed": (lambda q, k, W: q @ W @ k, "raised RuntimeError", None),
         "computed in float32": (
             lambda q, k, W: q.float() @ W.float() @ k.float().transpose(1, 2),
@@ -33,6 +33,8 @@ CHECKS = {
         "keys times W times queries": (
             lambda q, k, W: torch.einsum("bjq,pq,bip->bji", k, W, q), "expected shape",
             "scores are transposed"),
+        "divided by the key width": (lambda q, k, W: q @ W @ k.mT / k.shape[-1], "differ",
+                                     "scaled by a width"),
         "the weights": (lambda q, k, W: torch.softmax(q @ W @ k.mT, dim=-1), "differ",
                         "attention weights"),
     }),
@@ -45,6 +47,8 @@ CHECKS = {
         "every key": (lambda B, T: torch.full((B, T), T), "differ", "see all the keys"),
         "key 0 only": (lambda B, T: torch.ones(B, T, dtype=torch.int32), "differ", "key 0 only"),
         "backwards": (lambda B, T: torch.arange(T, 0, -1).repeat(B, 1), "differ", "backwards"),
+        "lengths 1 .. B down the batch": (lambda B, T: torch.arange(1, B + 1)[:, None].repeat(1, T),
+                                          "differ", "along the batch"),
         "(T, B)": (lambda B, T: torch.arange(1, T + 1)[:, None].repeat(1, B), "raised ValueError",
                    "shape (T_q, B)"),
         "one length per sequence": (lambda B, T: torch.full((B,), T), "on input",

@@ -61,6 +61,15 @@ def luong_step(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c, query=
             weights[:, None] if keep_query_axis else weights)
 
 
+def zeroed_after_softmax(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c):
+    """The softmax over every source position, then the padding's weights set to 0."""
+    s = cell(embedded, hidden)
+    weights = torch.softmax(torch.einsum("bh,hk,btk->bt", s, W_a, enc_outputs), dim=-1)
+    weights = weights * (torch.arange(enc_outputs.shape[1])[None, :] < valid_lens[:, None])
+    context = torch.einsum("bt,bth->bh", weights, enc_outputs)
+    return torch.tanh(W_c(torch.cat([context, s], dim=-1))), s, weights
+
+
 CHECKS = {
     "check_gru_cell": (gru_cell, {
         "update gate on the wrong side: z * n + (1 - z) * h": (
@@ -98,6 +107,8 @@ CHECKS = {
             "give weight to the padding"),
         "the padding's scores set to 0": (lambda *a: luong_step(*a, fill=0.0), "differ",
                                           "set to 0"),
+        "the padding zeroed after the softmax": (zeroed_after_softmax, "padding holds large values",
+                                                 "zeroed on the padding after the softmax"),
         "[s; c] instead of [c; s]": (
             lambda *a: luong_step(*a, order="state first"), "result 0 of the tuple",
             "state first"),

@@ -102,7 +102,8 @@ def cached_gqa_self_attention(rotate_queries=True, offset=True, interleave=True,
             else:  # tiles the key-value heads: query head i reads head i % g
                 keys, values = keys.repeat(1, group, 1, 1), cache.values.repeat(1, group, 1, 1)
             scores = Q @ keys.transpose(-2, -1) / {"d_k": math.sqrt(self.d_k), "none": 1,
-                                                   "d_model": math.sqrt(d_model)}[scale]
+                                                   "d_model": math.sqrt(d_model),
+                                                   "kv width": math.sqrt(self.g * self.d_k)}[scale]
             T_k = keys.shape[2]
             if causal and not causal_offset:
                 lens = torch.arange(1, T + 1)  # as if nothing were cached
@@ -118,7 +119,7 @@ def cached_gqa_self_attention(rotate_queries=True, offset=True, interleave=True,
 
 
 def top_p_probs(cumulative="before", renormalise=True, descending=True, stable=True,
-                sorted_order=False, on_logits=False):
+                sorted_order=False, on_logits=False, mask_in_sorted_order=False):
     """Nucleus (top-p) probabilities, right by default; each argument names a mistake."""
 
     def probs(logits, top_p):
@@ -143,6 +144,8 @@ def top_p_probs(cumulative="before", renormalise=True, descending=True, stable=T
                     break  # stops before the token that crosses top_p
                 kept[row, index] = True
                 total += p[row, index].item()
+        if mask_in_sorted_order:  # the decisions of the sorted tokens, at the first places
+            kept = kept.gather(1, p.argsort(dim=-1, descending=True))
         out = p * kept
         if sorted_order:
             out = out.sort(dim=-1, descending=True).values
@@ -213,6 +216,8 @@ CHECKS = {
         "scaled by sqrt(d_model)": (cached_gqa_self_attention(scale="d_model"), "differ",
                                     "sqrt(d_model)"),
         "not scaled": (cached_gqa_self_attention(scale="none"), "differ", "not scaled"),
+        "scaled by sqrt(g * d_k)": (cached_gqa_self_attention(scale="kv width"), "differ",
+                                    "sqrt(g * d_k)"),
         "values rotated too": (cached_gqa_self_attention(rotate_values=True), "differ",
                                "values are rotated"),
         "values rotated and heads tiled": (
@@ -226,8 +231,10 @@ CHECKS = {
                                            "least probable"),
         "exp without subtracting the largest logit": (top_p_probs(stable=False),
                                                       "the result holds NaN", "overflows"),
-        "left in sorted order": (top_p_probs(sorted_order=True), "differ", "sorted order"),
+        "left in sorted order": (top_p_probs(sorted_order=True), "differ", "stay in sorted order"),
         "logits accumulated": (top_p_probs(on_logits=True), "differ", "accumulates the logits"),
+        "the keep mask left in sorted order": (top_p_probs(mask_in_sorted_order=True), "differ",
+                                               "keep mask is in sorted order"),
         "a plain softmax": (lambda logits, top_p: torch.softmax(logits, -1), "differ", None),
     }),
 }

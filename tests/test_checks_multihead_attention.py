@@ -113,7 +113,8 @@ def packed_self_attention(order=(0, 1, 2), transpose=True, scale="d_k", lens="in
                 weights = torch.softmax(folded.masked_fill(~allowed, -math.inf), dim=softmax_dim)
             weights = weights.reshape(B, h, T, T)
             self.attention_weights = {"heads": weights, "folded": weights.reshape(B * h, T, T),
-                                      "mean": weights.mean(dim=1)}[store]
+                                      "mean": weights.mean(dim=1),
+                                      "transposed": weights.transpose(-1, -2)}[store]
             heads = weights @ V  # (B, h, T, d_k)
             merged = (heads.transpose(1, 2) if merge_transpose else heads).reshape(B, T, d_model)
             return self.W_o(merged) if project_out else merged
@@ -138,6 +139,8 @@ CHECKS = {
         "-inf fill, NaN in an empty row": (
             lambda *a: per_head_weights(*a, fill="-inf"),
             "a sequence with valid length 0: the result holds NaN", "hold NaN"),
+        "-1e9 fill: an empty row uniform": (lambda *a: per_head_weights(*a, fill="-1e9"),
+                                            "a sequence with valid length 0", "finite fill"),
         "softmax over the queries": (lambda *a: per_head_weights(*a, softmax_dim=1), "differ",
                                      "over the queries"),
         "keys projected with W_q": (lambda *a: per_head_weights(*a, key_layer="W_q"), "differ",
@@ -162,6 +165,10 @@ CHECKS = {
             "another order"),
         "batch_first forgotten": (
             lambda mha: to_torch_multihead(mha, batch_first=False), "on input", "batch_first"),
+        "weights stacked side by side": (
+            lambda mha: setattr(layer := to_torch_multihead(mha), "in_proj_weight", nn.Parameter(
+                torch.cat([mha.W_q.weight, mha.W_k.weight, mha.W_v.weight], 1))) or layer,
+            "raised", "does not have the shape"),
         "one head": (lambda mha: to_torch_multihead(mha, heads=1), "on input",
                      "another number of heads"),
         "weights transposed": (lambda mha: to_torch_multihead(mha, transpose=True), "differ",
@@ -203,6 +210,10 @@ CHECKS = {
             "fold the heads"),
         "weights averaged over the heads": (packed_self_attention(store="mean"),
                                             "result 1 of the tuple: expected shape", "averaged"),
+        "weights kept transposed": (packed_self_attention(store="transposed"),
+                                    "result 1 of the tuple", "attention_weights are transposed"),
+        "-1e9 fill: an empty row uniform": (packed_self_attention(fill="-1e9"),
+                                            "a sequence with valid length 0", "finite fill"),
         "one projection per input instead of W_qkv": (d2lh.MultiHeadAttention, "needs W_qkv",
                                                       None),
     }),

@@ -64,6 +64,9 @@ CHECKS = {
         "absolute value forgotten": (
             lambda q, k, v, w: laplace_kernel_pooling(q, k, v, w, lambda d: torch.exp(-d / w)),
             "differ", "signed distance"),
+        "width ignored": (
+            lambda q, k, v, w: laplace_kernel_pooling(q, k, v, w, lambda d: torch.exp(-d.abs())),
+            "differ", "ignores the width"),
         "width squared": (
             lambda q, k, v, w: laplace_kernel_pooling(q, k, v, w,
                                                       lambda d: torch.exp(-d.abs() / w ** 2)),
@@ -95,6 +98,9 @@ CHECKS = {
                                 "a sum over the points"),
         "divided by n - 1": (lambda x, y, w: loo_by_loop(x, y, w, lambda e: sum(e) / (len(e) - 1)),
                              "expected", "n - 1"),
+        "the mean error, not squared": (
+            lambda x, y, w: (torch.softmax((-((x[:, None] - x) / w) ** 2 / 2).fill_diagonal_(
+                -math.inf), dim=1) @ y - y).mean().item(), "expected", "not squared"),
         "root mean squared error": (lambda x, y, w: loo_by_loop(x, y, w) ** 0.5, "expected",
                                     "root of the mean"),
         "mean absolute error": (

@@ -58,8 +58,17 @@ def shift_matrix(delta, d, sign=1, exponent=2, angle_of=lambda delta, omega: del
     return M
 
 
+def overlapping_blocks(delta, d):
+    """Block j written at rows and columns j, j+1 instead of 2j, 2j+1: the blocks overlap."""
+    M, right = torch.zeros(d, d, dtype=torch.float64), shift_matrix(delta, d)
+    for j in range(d // 2):
+        M[j:j + 2, j:j + 2] = right[2 * j:2 * j + 2, 2 * j:2 * j + 2]
+    return M
+
+
 def relative_self_attention(sign=1, clip=True, bias_at="scores", scale_bias=False, mask=True,
-                            fill="package", shift=True, scale=True, softmax_dim=-1):
+                            fill="package", shift=True, scale=True, softmax_dim=-1,
+                            keep_transposed=False):
     """Notebook 05's RelativeSelfAttention, right by default; each argument names a mistake."""
 
     class RelativeSelfAttention(nn.Module):
@@ -92,7 +101,7 @@ def relative_self_attention(sign=1, clip=True, bias_at="scores", scale_bias=Fals
                 weights = torch.softmax(scores.masked_fill(~allowed, -math.inf), dim=softmax_dim)
             if bias_at == "weights":
                 weights = weights + bias
-            self.attention_weights = weights
+            self.attention_weights = weights.transpose(1, 2) if keep_transposed else weights
             return weights @ self.W_v(X)
 
     return RelativeSelfAttention
@@ -134,6 +143,11 @@ CHECKS = {
                             "differ", "all turn by delta"),
         "|delta|": (lambda delta, d: shift_matrix(abs(delta), d), "a negative offset",
                     "sign of delta"),
+        "blocks placed at [j, j], overlapping": (overlapping_blocks, "differ", None),
+        "entries between the pairs": (
+            lambda delta, d: shift_matrix(delta, d) + 0.1 * (torch.arange(d)[:, None] // 2
+                                                             != torch.arange(d)[None, :] // 2),
+            "differ", "outside the 2x2 blocks"),
         "the identity": (lambda delta, d: torch.eye(d), "differ", None),
     }),
     # The learner's class is the answer: the check builds it and copies seeded weights into it.
@@ -158,6 +172,10 @@ CHECKS = {
                                            "the result holds NaN", "hold NaN"),
         "softmax over the queries": (relative_self_attention(softmax_dim=1), "differ",
                                      "over the queries"),
+        "-1e9 fill: an empty row uniform": (relative_self_attention(fill="-1e9"),
+                                            "a sequence with valid length 0", "finite fill"),
+        "weights kept transposed": (relative_self_attention(keep_transposed=True),
+                                    "result 1 of the tuple", "attention_weights are transposed"),
         "the offsets clipped but the bias forgotten and the weights over the queries": (
             relative_self_attention(bias_at="none", softmax_dim=1), "differ", None),
     }),

@@ -50,6 +50,10 @@ CHECKS = {
         "scaled by the input width": (
             lambda *a: self_attention(*a, scale_by=lambda X, Q: X.shape[1]), "differ",
             "input width d_in"),
+        "scaled by the values' width": (
+            lambda X, W_q, W_k, W_v: self_attention(X, W_q, W_k, W_v,
+                                                    scale_by=lambda X, Q: W_v.shape[1]),
+            "differ", "values' width d_v"),
         "divided by d": (lambda *a: self_attention(*a, scale_by=lambda X, Q: Q.shape[1] ** 2),
                          "differ", "divided by d itself"),
         "multiplied by sqrt(d)": (
@@ -118,6 +122,9 @@ CHECKS = {
         "scores divided by c": (
             lambda Q, K, c: numpy_softmax_rows(Q @ K.T / np.sqrt(Q.shape[1]) / c).max(axis=1),
             "on input c = 0", "divided by c"),
+        "the largest weight of all": (
+            lambda Q, K, c: numpy_softmax_rows(scaled_scores(Q, K, c)).max(), "expected shape",
+            "You return one number"),
         "argmax": (lambda Q, K, c: numpy_softmax_rows(scaled_scores(Q, K, c)).argmax(axis=1),
                    "differ", "its index"),
         "the largest score": (lambda Q, K, c: scaled_scores(Q, K, c).max(axis=1), "differ",

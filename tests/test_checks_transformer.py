@@ -99,6 +99,10 @@ CHECKS = {
             lambda X, eps: layer_norm(X, eps, eps_inside=False), "eps matters", "outside"),
         "eps missing": (
             lambda X, eps: layer_norm(X, 0.0), "the result holds NaN", "eps is missing"),
+        "over the last two axes": (
+            lambda X, eps: (X - X.mean((-2, -1), keepdim=True))
+            / (X.var((-2, -1), unbiased=False, keepdim=True) + eps).sqrt(), "the worked example",
+            "whole tensor"),
         "not centred": (lambda X, eps: layer_norm(X, eps, centre=False), "the worked example",
                         "not centred"),
         "divided by the variance": (
@@ -124,6 +128,8 @@ CHECKS = {
                                  "large negative"),
         "inverted": (lambda T: causal_additive_mask(T, offset=0, lower=True), "differ",
                      "inverted"),
+        "a 0/1 mask times -inf": (lambda T: torch.ones(T, T).triu(1) * -math.inf, "NaN",
+                                  "holds NaN"),
         "every key hidden": (lambda T: torch.full((T, T), -math.inf), "on input", None),
     }),
     "check_cached_block_step": (cached_block_step(), {

@@ -76,6 +76,21 @@ def advance_beams(log_probs, lengths, finished, step_log_probs, eos, alpha, per_
     return kept, new_lengths.gather(1, parents), ended, parents, tokens
 
 
+def worst_first_by_topk(log_probs, lengths, finished, step_log_probs, eos, alpha):
+    """Beam search keeping the k worst candidates with topk(largest=False): ties (the -inf of
+    beams not started) broken as topk breaks them."""
+    B, k, V = step_log_probs.shape
+    carry = torch.full_like(step_log_probs, float("-inf"))
+    carry[..., eos] = 0.0
+    step = torch.where(finished[..., None], carry, step_log_probs)
+    totals = log_probs[..., None] + step
+    new_lengths = torch.where(finished, lengths, lengths + 1)
+    index = (totals / new_lengths[..., None] ** alpha).reshape(B, -1).topk(k, largest=False).indices
+    parents, tokens = index // V, index % V
+    return (totals.reshape(B, -1).gather(1, index), new_lengths.gather(1, parents),
+            finished.gather(1, parents) | (tokens == eos), parents, tokens)
+
+
 CHECKS = {
     "check_real_token_smoothing": (real_token_smoothing, {
         "smoothing over all V tokens": (
@@ -108,6 +123,10 @@ CHECKS = {
             lambda logits, targets, lens, eps, real: real_token_smoothing(logits, targets, lens,
                                                                           eps, ~real),
             "on input", "that are not real"),
+        "the first two tokens taken as the special ones": (
+            lambda logits, targets, lens, eps, real: real_token_smoothing(
+                logits, targets, lens, eps, torch.arange(len(real)) >= 2),
+            "on input", "first two tokens"),
         "the target left out of the uniform part": (
             lambda *a: real_token_smoothing(*a, others_only=True), "differ", "leaves out the target"),
         "no smoothing at all": (lambda logits, targets, lens, eps, real: real_token_smoothing(
@@ -132,6 +151,9 @@ CHECKS = {
                                          "beam 0 finished", "pay for their <eos>"),
         "finished beams grow longer": (
             lambda *a: advance_beams(*a, grow_finished=True), "beam 0 finished", "grow longer"),
+        "divided by the length, alpha ignored": (lambda *a: advance_beams(*a[:5], 1.0),
+                                                 "on input", "length itself"),
+        "worst first by topk": (lambda *a: worst_first_by_topk(*a), "k = 1", "worst first"),
         "lengths never grow": (lambda *a: advance_beams(*a, keep_lengths=True), "on input",
                                "do not grow"),
         "no length normalisation": (

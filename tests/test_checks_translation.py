@@ -39,7 +39,7 @@ def cached_greedy_decode(keep_bos=False, stop_early=True, fill_eos=True, feed_pr
 
 
 def translation_log_prob(shift=True, stop_at_eos=True, include_eos=True, mean=False,
-                         dim=-1, last_eos=False, report_T=False):
+                         dim=-1, last_eos=False, report_T=False, score_input=False):
     """Scoring given translations by teacher forcing, right by default; a flag off is a mistake."""
 
     @torch.no_grad()
@@ -47,7 +47,8 @@ def translation_log_prob(shift=True, stop_at_eos=True, include_eos=True, mean=Fa
         B, T = tokens.shape
         dec_input = torch.cat([torch.full((B, 1), bos), tokens[:, :-1]], dim=1) if shift else tokens
         log_p = torch.log_softmax(model(src, src_valid_lens, dec_input), dim=dim)
-        token_log_p = log_p.gather(2, tokens[..., None]).squeeze(2)  # (B, T)
+        scored = dec_input if score_input else tokens
+        token_log_p = log_p.gather(2, scored[..., None]).squeeze(2)  # (B, T)
         is_eos = tokens == eos
         first = torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1), T)  # index of <eos>
         if last_eos:  # the index of the last <eos>
@@ -89,6 +90,8 @@ CHECKS = {
         "up to the last <eos>": (translation_log_prob(last_eos=True), "differ", "the last <eos>"),
         "<eos> left out": (translation_log_prob(include_eos=False), "differ",
                            "leave out the <eos>"),
+        "the input tokens scored": (translation_log_prob(score_input=True), "differ",
+                                    "decoder's input tokens"),
         "the mean log-probability": (translation_log_prob(mean=True), "differ", "averaged"),
         "softmax over the positions": (translation_log_prob(dim=1), "differ", "over the positions"),
         "lengths T_out": (translation_log_prob(report_T=True), "result 1 of the tuple",

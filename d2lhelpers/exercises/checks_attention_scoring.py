@@ -26,6 +26,8 @@ def _wrong_scores(queries, keys, W, transpose_W=False, scale=None, transpose_sco
         scores = scores / math.sqrt(queries.shape[-1])
     elif scale == "keys":
         scores = scores / math.sqrt(keys.shape[-1])
+    elif scale in ("q_size", "k_size"):
+        scores = scores / (queries if scale == "q_size" else keys).shape[-1]
     if softmax is not None:
         scores = torch.softmax(scores, dim=softmax)
     return scores.transpose(1, 2) if transpose_scores else scores
@@ -34,9 +36,9 @@ def _wrong_scores(queries, keys, W, transpose_W=False, scale=None, transpose_sco
 _MULTIPLICATIVE_SCORES_MISTAKES = {
     "Your W is transposed: with W of shape (q_size, k_size), the query goes on its left and the "
     "key on its right, q W k.": partial(_wrong_scores, transpose_W=True),
-    "Your scores are scaled by the square root of a width: Luong's multiplicative score is q W k "
-    "itself, without a scale.": (partial(_wrong_scores, scale="queries"),
-                                 partial(_wrong_scores, scale="keys")),
+    "Your scores are scaled by a width (or its square root): Luong's multiplicative score is "
+    "q W k itself, without a scale.": tuple(partial(_wrong_scores, scale=scale)
+                                            for scale in ("queries", "keys", "q_size", "k_size")),
     "Your scores are transposed, (B, T_k, T_q): row i must hold query i's scores against every "
     "key, (B, T_q, T_k).": partial(_wrong_scores, transpose_scores=True),
     "You return attention weights (a softmax of the scores): the exercise asks for the scores "
@@ -97,6 +99,9 @@ _CAUSAL_LENS_MISTAKES = {
         lambda B, T: torch.ones(B, T, dtype=torch.long),
     "Your lengths run backwards (query 0 sees the most keys): query i sees keys 0 .. i.":
         lambda B, T: torch.arange(T, 0, -1).expand(B, T),
+    "Your lengths grow along the batch, not along the queries: they count the keys of each "
+    "query, and are the same for every sequence.":
+        lambda B, T: torch.arange(1, B + 1)[:, None].expand(B, T),
 }
 
 

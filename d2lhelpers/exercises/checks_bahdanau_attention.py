@@ -155,6 +155,8 @@ def _wrong_luong_step(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c,
     elif mask == "zero":  # the padding's scores set to 0, not -inf
         scores = scores.masked_fill(~sequence_mask(valid_lens, scores.shape[1]), 0.0)
     weights = torch.softmax(scores, dim=axis)  # (B, T_src)
+    if mask == "after":  # the padding's weights zeroed after the softmax, not renormalised
+        weights = weights * sequence_mask(valid_lens, scores.shape[1])
     context = (weights[:, None] @ enc_outputs).squeeze(1)  # (B, H)
     pair = [context, new] if order == "context first" else [new, context]
     attentional = W_c(torch.cat(pair, dim=-1))
@@ -170,6 +172,9 @@ _LUONG_STEP_MISTAKES = {
     "positions.": partial(_wrong_luong_step, mask="none"),
     "Your padding's scores are set to 0, which still gives it weight: masked scores must become "
     "-inf (weight 0).": partial(_wrong_luong_step, mask="zero"),
+    "Your weights are zeroed on the padding after the softmax, without renormalising: they no "
+    "longer sum to 1 (mask the scores before the softmax).": partial(_wrong_luong_step,
+                                                                    mask="after"),
     "Your concatenation puts the state first: W_c takes [c_i; s_i], the context first.":
         partial(_wrong_luong_step, order="state first"),
     "Your attentional vector has no tanh: it is tanh(W_c [c_i; s_i]).":

@@ -250,7 +250,8 @@ def _wrong_gqa_step(gqa, X, cache, rotate=("queries", "keys"), positions="after 
         keys, values = (t.repeat_interleave(h // g, dim=1) for t in (keys, cache.values))
     else:  # tiled: query head i reads head i % g
         keys, values = (t.repeat(1, h // g, 1, 1) for t in (keys, cache.values))
-    divisor = {"d_k": math.sqrt(d_k), "d_model": math.sqrt(d_model), "none": 1.0}[scale]
+    divisor = {"d_k": math.sqrt(d_k), "d_model": math.sqrt(d_model), "none": 1.0,
+               "g d_k": math.sqrt(g * d_k)}[scale]
     scores = (Q @ keys.transpose(-2, -1) / divisor).flatten(0, 1)  # (B*h, T, T_k)
     T_k = keys.shape[2]
     lens = {"with the cache": causal_valid_lens(B, T, T_k - T),
@@ -298,6 +299,8 @@ _CACHED_GQA_MISTAKES = {
     "width, d_k.": _wrong_gqa(scale="d_model"),
     "Your scores are not scaled: each head divides them by the square root of its width d_k.":
         _wrong_gqa(scale="none"),
+    "Your scores are divided by sqrt(g * d_k), the width of all the key-value heads: each head "
+    "scales by the square root of its own width, d_k.": _wrong_gqa(scale="g d_k"),
 }
 
 
@@ -358,6 +361,8 @@ def _wrong_top_p(logits, top_p, keep="mass before < top_p", renormalise=True, or
     kept_sorted = kept_sorted.int().cumprod(dim=-1).bool()  # up to the first token not kept
     if placed == "sorted":
         out = sorted_probs * kept_sorted
+    elif placed == "mask not moved":  # the keep mask, in sorted order, on unsorted probabilities
+        out = probs * kept_sorted
     else:
         out = probs * torch.zeros_like(kept_sorted).scatter(-1, index, kept_sorted)
     return out / out.sum(dim=-1, keepdim=True) if renormalise else out
@@ -379,6 +384,10 @@ _TOP_P_PROBS_MISTAKES = {
     "Your probabilities stay in sorted order: put each back at its token's place in the "
     "vocabulary.": (partial(_wrong_top_p, placed="sorted"),
                     partial(_wrong_top_p, placed="sorted", renormalise=False)),
+    "Your keep mask is in sorted order but applied to the probabilities in vocabulary order: "
+    "each token's decision must go back to that token's place.": (
+        partial(_wrong_top_p, placed="mask not moved"),
+        partial(_wrong_top_p, placed="mask not moved", renormalise=False)),
     "Your nucleus accumulates the logits: the nucleus is the fewest most probable tokens whose "
     "probabilities sum to top_p.": partial(_wrong_top_p, cumulate="logits"),
 }

@@ -82,9 +82,10 @@ def _head_weights(Q, K, valid_lens, scale="d_k", lens="interleave", fill="zero",
             weights = weights * allowed
     elif fill == "zero" or folded is None:
         weights = masked_softmax(scores, folded)
-    else:  # -inf where masked: a row without a valid key is NaN
+    else:  # -inf where masked: a row without a valid key is NaN; finite: it is uniform
         allowed = valid_lens_to_mask(folded, T_q, T_k)
-        weights = torch.softmax(scores.masked_fill(~allowed, -math.inf), dim=-1)
+        weights = torch.softmax(scores.masked_fill(~allowed, -math.inf if fill == "-inf"
+                                                   else -1e9), dim=-1)
     return weights.reshape(B, h, T_q, T_k)
 
 
@@ -143,6 +144,9 @@ def _per_head_mistakes(wrong: Callable) -> dict:
         "Your weights hold NaN for a sequence with no valid key (softmax of a row of -inf): such "
         "a row must be all 0, as d2lh.masked_softmax gives.": (partial(wrong, fill="-inf"),
                                                               Symptom(_nan_rows)),
+        "Your weights spread a sequence with no valid key evenly over its keys (a finite fill "
+        "such as -1e9): such a row must be all 0, as d2lh.masked_softmax gives.":
+            partial(wrong, fill="finite"),
         "Each column of your weights sums to 1, over the queries: each query's weights must sum "
         "to 1 over the keys.": tuple(partial(wrong, axis=-2, fill=fill, lens=lens)
                                      for lens in ("interleave", "ignore")
@@ -230,7 +234,14 @@ def _repaired(part: str) -> Symptom:
     return Symptom(right_once_repaired)
 
 
+def _stacked_wrongly(layer, mha, *inputs) -> bool:
+    """Whether the layer's in_proj_weight lost its shape (3 d_model, d_model)."""
+    return tuple(layer.in_proj_weight.shape) != (3 * mha.d_model, mha.d_model)
+
+
 _TO_TORCH_MULTIHEAD_MISTAKES = {
+    "Your in_proj_weight does not have the shape (3 d_model, d_model): PyTorch stacks the three "
+    "projections' weights one below the other.": Symptom(_stacked_wrongly),
     "Your layer has another number of heads than mha: the same weights split into another "
     "number of heads compute another function.":
         Symptom(lambda layer, mha, *inputs: layer.num_heads != mha.num_heads),
@@ -312,7 +323,8 @@ def _wrong_packed_self_attention(mha, X, valid_lens, order=(0, 1, 2), packing="b
     merged = (heads.reshape(B, T, d_model) if merge == "reshape"
               else heads.transpose(1, 2).reshape(B, T, d_model))
     output = merged @ mha.W_o.weight.T if project_out else merged
-    kept = {"heads": A, "folded": A.reshape(B * h, T, T), "mean": A.mean(dim=1)}[keep]
+    kept = {"heads": A, "folded": A.reshape(B * h, T, T), "mean": A.mean(dim=1),
+            "transposed": A.transpose(-2, -1)}[keep]
     return output, kept
 
 
@@ -334,6 +346,8 @@ _PACKED_SELF_ATTENTION_MISTAKES = {
     "T).": partial(_wrong_packed_self_attention, keep="folded"),
     "Your attention_weights are averaged over the heads: keep every head's, (B, h, T, T).":
         partial(_wrong_packed_self_attention, keep="mean"),
+    "Your attention_weights are transposed: row i holds query i's weights over the keys.":
+        partial(_wrong_packed_self_attention, keep="transposed"),
 }
 
 

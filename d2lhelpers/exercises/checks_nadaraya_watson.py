@@ -36,7 +36,8 @@ def _kernel_scores(queries, keys, width, kernel="laplace"):
             "no minus": lambda: distances.abs() / width,
             "signed": lambda: -distances / width,
             "signed the other way": lambda: distances / width,
-            "width squared": lambda: -distances.abs() / width ** 2}[kernel]()
+            "width squared": lambda: -distances.abs() / width ** 2,
+            "no width": lambda: -distances.abs()}[kernel]()
 
 
 def _wrong_laplace_pooling(queries, keys, values, width, kernel="laplace", normalise="keys",
@@ -67,6 +68,8 @@ _LAPLACE_POOLING_MISTAKES = {
         partial(_wrong_laplace_pooling, kernel="signed the other way")),
     "Your distances are divided by the width squared: the Laplace kernel divides them by the width "
     "itself.": partial(_wrong_laplace_pooling, kernel="width squared"),
+    "Your kernel ignores the width: the distances are divided by it, so that a wider kernel "
+    "reaches further.": partial(_wrong_laplace_pooling, kernel="no width"),
     "You return the weights (n_q, n_k), not the predictions: each prediction is the weighted "
     "average of the values.": partial(_wrong_laplace_pooling, pool=False),
 }
@@ -116,7 +119,8 @@ def _wrong_loo_error(x, y, width, leave_out="mask", kernel="gaussian", axis=1, e
     return {"mean": lambda: (residuals ** 2).mean(), "sum": lambda: (residuals ** 2).sum(),
             "root": lambda: (residuals ** 2).mean().sqrt(),
             "absolute": lambda: residuals.abs().mean(),
-            "n - 1": lambda: (residuals ** 2).sum() / (n - 1)}[error]()
+            "n - 1": lambda: (residuals ** 2).sum() / (n - 1),
+            "signed": lambda: residuals.mean(), "signed sum": lambda: residuals.sum()}[error]()
 
 
 _LOO_ERROR_MISTAKES = {
@@ -140,6 +144,9 @@ _LOO_ERROR_MISTAKES = {
         partial(_wrong_loo_error, error="n - 1"),
     "Your error is the root of the mean squared error: the exercise asks for the mean squared "
     "error itself.": partial(_wrong_loo_error, error="root"),
+    "Your errors are not squared: positive and negative errors cancel out in a mean of signed "
+    "errors.": (partial(_wrong_loo_error, error="signed"),
+                partial(_wrong_loo_error, error="signed sum")),
     "Your error is the mean absolute error: the exercise asks for the mean of the squared "
     "errors.": partial(_wrong_loo_error, error="absolute"),
 }

@@ -122,7 +122,17 @@ def _wrong_shift_matrix(delta, d, turn=1, exponent="2j", angle="delta omega", of
     return torch.block_diag(*blocks)  # (d, d)
 
 
+def _not_in_pairs(M, delta, d) -> bool:
+    """Whether a (d, d) matrix has entries outside the 2x2 blocks of the pairs of columns."""
+    M = torch.as_tensor(M)
+    pairs = torch.arange(d) // 2
+    outside = pairs[:, None] != pairs[None, :]
+    return tuple(M.shape) == (d, d) and bool((M[outside].abs() > 1e-6).any())
+
+
 _SHIFT_MATRIX_MISTAKES = {
+    "Your matrix has entries outside the 2x2 blocks of the pairs (columns 2j and 2j+1): M_delta "
+    "is block diagonal, one rotation per pair.": Symptom(_not_in_pairs),
     "Your blocks rotate the other way, shifting back by delta: check the signs of the sines "
     "against p_(i+delta) = M p_i.": partial(_wrong_shift_matrix, turn=-1),
     "Your frequencies use the exponent j/d: block j turns by delta * omega_j, omega_j = 1 / "
@@ -184,7 +194,8 @@ def _relative_self_attention(module: nn.Module, X: torch.Tensor, valid_lens) -> 
 
 
 def _wrong_relative_attention(d_model, max_distance, parameters, X, valid_lens, offsets="j - i",
-                              clip=True, bias_at="scores", scale="d", mask="lengths", axis=-1):
+                              clip=True, bias_at="scores", scale="d", mask="lengths", axis=-1,
+                              keep="weights"):
     """(outputs, weights) of the exercise's module, right by default; each other value of an
     argument is a classic mistake."""
     T = X.shape[1]
@@ -212,13 +223,14 @@ def _wrong_relative_attention(d_model, max_distance, parameters, X, valid_lens, 
     if axis != -1:
         weights = torch.softmax(scores if allowed is None else scores.masked_fill(
             ~allowed, -math.inf), dim=axis)
-    elif mask == "-inf" and allowed is not None:
-        weights = torch.softmax(scores.masked_fill(~allowed, -math.inf), dim=-1)
+    elif mask in ("-inf", "finite") and allowed is not None:
+        weights = torch.softmax(scores.masked_fill(~allowed, -math.inf if mask == "-inf"
+                                                   else -1e9), dim=-1)
     else:
         weights = masked_softmax(scores, None if allowed is None else valid_lens)
     if bias_at == "weights":
         weights = weights + bias
-    return weights @ V, weights
+    return weights @ V, (weights.transpose(1, 2) if keep == "transposed" else weights)
 
 
 def _raises_where_offsets_exceed(result, d_model, max_distance, parameters, X, valid_lens):
@@ -251,8 +263,13 @@ _RELATIVE_SELF_ATTENTION_MISTAKES = {
     "Your weights hold NaN for a sequence with no valid key (softmax of a row of -inf): such a row "
     "must be all 0, as d2lh.masked_softmax gives.": partial(_wrong_relative_attention,
                                                            mask="-inf"),
+    "Your weights spread a sequence with no valid key evenly over its keys (a finite fill such "
+    "as -1e9): such a row must be all 0, as d2lh.masked_softmax gives.":
+        partial(_wrong_relative_attention, mask="finite"),
     "Each column of your weights sums to 1, over the queries: each query's weights must sum to 1 "
     "over the keys.": partial(_wrong_relative_attention, axis=-2),
+    "Your attention_weights are transposed: row i holds query i's weights over the keys.":
+        partial(_wrong_relative_attention, keep="transposed"),
 }
 
 

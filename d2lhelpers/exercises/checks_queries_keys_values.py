@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable
 from functools import partial
 
+import numpy as np
 import torch
 
 from ..attention import DotProductAttention, masked_softmax
@@ -47,8 +48,10 @@ def _wrong_self_attention(X, W_q, W_k, W_v, swap=False, project_values=True, key
     X, W_q, W_k, W_v = (torch.from_numpy(a) for a in (X, W_q, W_k, W_v))
     named = {"W_q": W_q, "W_k": W_k}
     Q, K = X @ named[queries_with], X @ named[keys_with]
-    if "scale" in weights and weights["scale"] == "input width":
+    if weights.get("scale") == "input width":
         weights["scale"] = math.sqrt(X.shape[1])
+    elif weights.get("scale") == "values width":
+        weights["scale"] = math.sqrt(W_v.shape[1])
     A = _weights(Q, K, **weights)
     V = X @ W_v if project_values else X
     Z = (A.T if transpose_weights else A) @ V
@@ -68,6 +71,8 @@ _SELF_ATTENTION_MISTAKES = {
     "the softmax?": partial(_wrong_self_attention, scale="none"),
     "Your scores are divided by the square root of the input width d_in; the scale is the width "
     "d of the queries and keys.": partial(_wrong_self_attention, scale="input width"),
+    "Your scores are divided by the square root of the values' width d_v; the scale is the "
+    "width d of the queries and keys.": partial(_wrong_self_attention, scale="values width"),
     "Your scores are divided by d itself, not by its square root.":
         partial(_wrong_self_attention, scale="d itself"),
     "Your scores are multiplied by sqrt(d) where they should be divided by it.":
@@ -163,6 +168,8 @@ _MAX_WEIGHTS_MISTAKES = {
     "the keys. Which axis does your softmax normalise?": partial(_wrong_max_weights, axis=0),
     "Your weights sum to 1 over the whole matrix; each query's row must sum to 1 on its own.":
         partial(_wrong_max_weights, axis=None),
+    "You return one number: the result holds one number per query, the largest weight in its "
+    "row.": Symptom(lambda result, Q, K, c: np.ndim(result) == 0),
     "You return where the largest weight is (its index), not the weight itself.":
         partial(_wrong_max_weights, take="argmax"),
     "You return the largest score, not the largest weight: the softmax is missing.": (

@@ -44,8 +44,9 @@ _LAYER_NORM_MISTAKES = {
     "normalised along its own last axis, d_model.": partial(_wrong_layer_norm, dims=(0,)),
     "Your statistics are taken over axis 1: each vector is normalised along the last axis, "
     "d_model, whatever the number of axes.": partial(_wrong_layer_norm, dims=(1,)),
-    "Your statistics are taken over the whole tensor: each vector gets its own mean and "
-    "variance, over its last axis.": partial(_wrong_layer_norm, dims=None),
+    "Your statistics are taken over more than the last axis (the whole tensor, or several axes): "
+    "each vector gets its own mean and variance, over its last axis.": (
+        partial(_wrong_layer_norm, dims=None), partial(_wrong_layer_norm, dims=(-2, -1))),
     "Your eps is added outside the square root: it goes with the variance, sqrt(var + eps).":
         partial(_wrong_layer_norm, eps_at="std"),
     "Your eps is missing: on a constant vector the variance is 0, and eps keeps the division "
@@ -117,6 +118,8 @@ _CAUSAL_ADDITIVE_MASK_MISTAKES = {
     "there.": Symptom(_large_negative),
     "Your mask is inverted: 0 where a key lies in the future, -inf where it is seen.":
         partial(_mask, masked="past and present"),
+    "Your mask holds NaN where a key is seen: 0 times -inf is NaN, so a mask of 0 and -inf cannot "
+    "be made by multiplying a 0/1 mask by -inf.": lambda T: _mask(T, value=1.0) * -math.inf,
 }
 
 

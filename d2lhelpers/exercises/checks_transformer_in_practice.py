@@ -10,7 +10,7 @@ import torch
 
 from ..decoding import Beams, advance_beams
 from .cases import labelled, randint, randn, random_lengths, random_sizes, seeded_generator
-from .runner import run_check
+from .runner import Symptom, run_check
 
 __all__ = ['check_real_token_smoothing', 'check_advance_beams']
 
@@ -38,7 +38,7 @@ def _wrong_smoothing(logits, targets, valid_lens, eps, real_tokens, spread="real
              else torch.log_softmax(logits, dim=-1))  # (B, T, V)
     nll = -log_p.gather(2, targets[..., None]).squeeze(2)  # (B, T)
     over = {"real": real_tokens, "all": torch.ones(V, dtype=torch.bool),
-            "not real": ~real_tokens}[spread]
+            "not real": ~real_tokens, "after two": torch.arange(V) >= 2}[spread]
     if log == "dense":  # the target distribution written out: 0 * -inf is NaN
         q = over.to(log_p.dtype) * eps / over.sum()
         q = q.expand_as(log_p).scatter_add(2, targets[..., None],
@@ -90,6 +90,8 @@ _REAL_TOKEN_SMOOTHING_MISTAKES = {
         partial(_wrong_smoothing, weights="swapped"),
     "Your uniform part covers the tokens that are not real: it covers those where real_tokens is "
     "True.": partial(_wrong_smoothing, spread="not real"),
+    "Your uniform part assumes that the first two tokens are the special ones: real_tokens says "
+    "which tokens are real.": partial(_wrong_smoothing, spread="after two"),
     "Your uniform part leaves out the target: eps / R goes to every real token, the target "
     "included.": partial(_wrong_smoothing, target_in_uniform=False),
 }
@@ -164,8 +166,9 @@ def _wrong_advance_beams(log_probs, lengths, finished, step_log_probs, eos, alph
     candidates = log_probs[..., None] + step_log_probs if totals == "added" else step_log_probs
     new_lengths = {"unfinished": torch.where(finished, lengths, lengths + 1),
                    "all": lengths + 1, "none": lengths}[grow]
-    scores = candidates / new_lengths[..., None].to(candidates.dtype) ** alpha if normalise \
-        else candidates
+    penalty = new_lengths[..., None].to(candidates.dtype) ** (alpha if normalise != "length"
+                                                              else 1)
+    scores = candidates / penalty if normalise else candidates
     if rank == "by beam":  # each beam keeps its own best token, beams ranked by it
         best_token = scores.argmax(dim=-1)  # (B, k)
         index = torch.arange(k)[None, :] * V + best_token
@@ -185,6 +188,21 @@ def _wrong_advance_beams(log_probs, lengths, finished, step_log_probs, eos, alph
     return results if outputs == "in order" else results[:3] + (tokens, parents)
 
 
+def _worst_first(result, log_probs, lengths, finished, step_log_probs, eos, alpha) -> bool:
+    """Whether the survivors are the k worst candidates, worst first (whichever of tied
+    candidates were taken)."""
+    B, k, V = step_log_probs.shape
+    carry = torch.full_like(step_log_probs, float("-inf"))
+    carry[..., eos] = 0.0
+    step = torch.where(finished[..., None], carry, step_log_probs)
+    lengths = torch.where(finished, lengths, lengths + 1)
+    scores = ((log_probs[..., None] + step) / lengths[..., None].to(step.dtype) ** alpha)
+    worst = scores.reshape(B, k * V).sort(dim=-1).values[:, :k]  # (B, k), worst first
+    parents, tokens = result[3], result[4]
+    chosen = scores.reshape(B, k * V).gather(1, parents * V + tokens)
+    return bool(torch.equal(chosen, worst))
+
+
 _ADVANCE_BEAMS_MISTAKES = {
     "Your beams each keep their own best token: the k survivors are the best of all k * V "
     "candidates of the sentence, several of them may extend one beam.":
@@ -195,8 +213,8 @@ _ADVANCE_BEAMS_MISTAKES = {
     "out beam by beam, V tokens each.": partial(_wrong_advance_beams, unravel="by k"),
     "Your top k runs over the whole batch: each sentence keeps its own k best candidates.":
         partial(_wrong_advance_beams, rank="whole batch"),
-    "Your survivors come worst first: the k best candidates, best first.":
-        partial(_wrong_advance_beams, order="worst first"),
+    "Your survivors come worst first: the k best candidates, best first.": (
+        partial(_wrong_advance_beams, order="worst first"), Symptom(_worst_first)),
     "Your finished beams are extended like the others: a finished beam has one candidate, "
     "itself, continued by <eos> at no cost.": partial(_wrong_advance_beams,
                                                       finished_continue="like the others"),
@@ -209,6 +227,8 @@ _ADVANCE_BEAMS_MISTAKES = {
         partial(_wrong_advance_beams, grow="none"),
     "Your candidates are ranked by their total log-probability: they are ranked by log P / "
     "length^alpha.": partial(_wrong_advance_beams, normalise=False),
+    "Your scores divide by the length itself: the length penalty divides by the length to the "
+    "power alpha.": partial(_wrong_advance_beams, normalise="length"),
     "Your new log_probs are the length-normalised scores: the beams keep their total "
     "log-probabilities; the normalised score only ranks them.":
         partial(_wrong_advance_beams, returned="scores"),

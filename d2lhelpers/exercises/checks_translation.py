@@ -161,15 +161,16 @@ def check_cached_greedy_decode(fn: Callable, seed: int = 0, hint: int = 1, *,
 
 @torch.no_grad()
 def _wrong_log_prob(model, src, src_valid_lens, tokens, bos, eos, shift=True, count="to the first",
-                    reduce="sum", softmax_dim=-1, lengths_of="counted"):
+                    reduce="sum", softmax_dim=-1, lengths_of="counted", scored="tokens"):
     """log P(tokens | src) and lengths by teacher forcing, right by default; each other value of
     an argument is a classic mistake. count: which positions of a row count."""
     model.eval()
     B, T = tokens.shape
     dec_input = torch.cat([torch.full((B, 1), bos), tokens[:, :-1]], dim=1) if shift else tokens
     log_p = torch.log_softmax(model(src, src_valid_lens, dec_input), dim=softmax_dim)
-    token_log_p = log_p.gather(2, tokens[..., None]).squeeze(2)  # (B, T)
-    is_eos, positions = tokens == eos, torch.arange(T)
+    scored = tokens if scored == "tokens" else dec_input  # the input: the tokens shifted
+    token_log_p = log_p.gather(2, scored[..., None]).squeeze(2)  # (B, T)
+    is_eos = tokens == eos
     first = torch.where(is_eos.any(1), is_eos.int().argmax(1), T)  # the first <eos>, or T
     last = torch.where(is_eos.any(1), T - 1 - is_eos.flip(1).int().argmax(1), T)
     lengths = {"to the first": torch.where(is_eos.any(1), first + 1, T),
@@ -194,6 +195,9 @@ _TRANSLATION_LOG_PROB_MISTAKES = {
                                                                 count="before the first"),
     "Your log-probabilities are averaged over the tokens: log P(y | x) is their sum.":
         partial(_wrong_log_prob, reduce="mean"),
+    "Your log-probabilities are those of the decoder's input tokens (<bos> and the tokens "
+    "before t): position t predicts tokens[:, t] itself.": partial(_wrong_log_prob,
+                                                                 scored="input"),
     "Your softmax normalises over the positions: each position's log-probabilities are over "
     "the vocabulary, the last axis.": partial(_wrong_log_prob, softmax_dim=1),
     "Your lengths are T_out for every row: a row's length counts its tokens up to its first "
