@@ -35,6 +35,8 @@ CHECKS = {
             "scores are transposed"),
         "divided by the key width": (lambda q, k, W: q @ W @ k.mT / k.shape[-1], "differ",
                                      "scaled by a width"),
+        "a tanh, as in additive attention": (lambda q, k, W: torch.tanh(q @ W @ k.mT), "differ",
+                                             "tanh"),
         "the weights": (lambda q, k, W: torch.softmax(q @ W @ k.mT, dim=-1), "differ",
                         "attention weights"),
     }),

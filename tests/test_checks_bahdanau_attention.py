@@ -30,6 +30,8 @@ def gru_cell(x, h, W_ih, W_hh, b_ih, b_hh, order=(0, 1, 2), swap_update=False, r
         n = candidate(i_n + (r * h) @ W_hh[2 * H:].T + b_hh[2 * H:])
     elif reset == "nowhere":
         n = candidate(i_n + h_n)
+    elif reset == "on the input":
+        n = candidate(r * i_n + h_n)
     else:  # "not on the bias": r * (W_hn h) + b_hn
         n = candidate(i_n + r * (h @ W_hh[2 * H:].T) + b_hh[2 * H:])
     if no_update:
@@ -88,6 +90,10 @@ CHECKS = {
             "leaves out the bias b_hn"),
         "reset gate forgotten": (lambda *a: gru_cell(*a, reset="nowhere"), "reset gate r = 0",
                                  "ignores the reset gate"),
+        "reset gate on the input's part": (lambda *a: gru_cell(*a, reset="on the input"),
+                                           "reset gate r = 0", "input's part"),
+        "no biases": (lambda *a: gru_cell(*a, hidden_bias=False, input_bias=False), "differ",
+                      "biases b_ih and b_hh"),
         "sigmoid for the candidate": (
             lambda *a: gru_cell(*a, candidate=torch.sigmoid), "differ", "uses a sigmoid"),
         "no tanh for the candidate": (lambda *a: gru_cell(*a, candidate=lambda v: v), "differ",

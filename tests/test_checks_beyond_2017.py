@@ -66,7 +66,8 @@ def online_softmax_update(rescale_acc=True, rescale_l=True, guard=True, subtract
 
 def cached_gqa_self_attention(rotate_queries=True, offset=True, interleave=True, causal=True,
                               cache_rotated=True, scale="d_k", rotate_values=False,
-                              rotate_keys=True, count_after_append=False, causal_offset=True):
+                              rotate_keys=True, count_after_append=False, causal_offset=True,
+                              rotate_cache_again=False):
     """Notebook 10's CachedGQASelfAttention, right by default; each argument names a mistake."""
 
     class CachedGQASelfAttention(nn.Module):
@@ -92,7 +93,9 @@ def cached_gqa_self_attention(rotate_queries=True, offset=True, interleave=True,
             if rotate_values:
                 V = d2lh.apply_rotary(V, positions)
             rotated = d2lh.apply_rotary(K, positions) if rotate_keys else K
-            cache.append(rotated if cache_rotated else K, V)
+            cache.append(K if rotate_cache_again else rotated if cache_rotated else K, V)
+            if rotate_cache_again:  # every cached key turned again, as if at its position
+                cache.keys = d2lh.apply_rotary(cache.keys, torch.arange(cache.keys.shape[2]))
             keys = cache.keys
             if not cache_rotated:  # rotates what it reads: right outputs, unrotated cache
                 keys = d2lh.apply_rotary(keys, torch.arange(keys.shape[2]))
@@ -220,6 +223,9 @@ CHECKS = {
                                     "sqrt(g * d_k)"),
         "values rotated too": (cached_gqa_self_attention(rotate_values=True), "differ",
                                "values are rotated"),
+        "the whole cache rotated again at each step": (
+            cached_gqa_self_attention(rotate_cache_again=True), "one position per step",
+            "rotated again at every step"),
         "values rotated and heads tiled": (
             cached_gqa_self_attention(rotate_values=True, interleave=False), "differ", None),
     }),
@@ -235,6 +241,8 @@ CHECKS = {
         "logits accumulated": (top_p_probs(on_logits=True), "differ", "accumulates the logits"),
         "the keep mask left in sorted order": (top_p_probs(mask_in_sorted_order=True), "differ",
                                                "keep mask is in sorted order"),
+        "divided by top_p": (lambda logits, p: top_p_probs(renormalise=False)(logits, p) / p,
+                             "differ", "divided by top_p"),
         "a plain softmax": (lambda logits, top_p: torch.softmax(logits, -1), "differ", None),
     }),
 }

@@ -20,6 +20,8 @@ def folded_lens(valid_lens, h, lens="interleave"):
     batch: pairs heads with the wrong sequences) and "ignore" (the mask forgotten)."""
     if valid_lens is None or lens == "ignore":
         return None
+    if lens == "as they are":  # not repeated for the heads at all
+        return valid_lens
     if lens == "interleave":
         return valid_lens.repeat_interleave(h, dim=0)
     return valid_lens.repeat(h, *[1] * (valid_lens.dim() - 1))
@@ -42,7 +44,8 @@ def per_head_weights(mha, queries, keys, valid_lens, fold=True, scale="d_k", len
         return x @ layer.weight if by_hand else layer(x)  # by hand, forgetting the transpose
 
     Q, K = split(project(mha.W_q, queries)), split(project(getattr(mha, key_layer), keys))
-    divisor = {"d_k": math.sqrt(d_k), "d_model": math.sqrt(mha.d_model), "none": 1}[scale]
+    divisor = {"d_k": math.sqrt(d_k), "d_model": math.sqrt(mha.d_model), "none": 1,
+               "h": math.sqrt(h)}[scale]
     scores = Q @ K.transpose(1, 2) / divisor
     if softmax_dim == -1:
         weights = attention_weights(scores, folded_lens(valid_lens, h, lens), fill)
@@ -54,6 +57,28 @@ def per_head_weights(mha, queries, keys, valid_lens, fold=True, scale="d_k", len
     if unfold == "(h, B)":
         return weights.reshape(h, queries.shape[0], *weights.shape[1:]).transpose(0, 1)
     return weights.reshape(queries.shape[0], h, *weights.shape[1:])  # (B*h, ...) -> (B, h, ...)
+
+
+def head_major(mha, queries, keys, valid_lens):
+    """Heads folded head-major, (h, B), but each sequence's lengths repeated side by side, as
+    for a batch-major fold."""
+    h, d_k, B = mha.num_heads, mha.d_k, queries.shape[0]
+
+    def fold(x):  # (B, T, h * d_k) -> (h * B, T, d_k)
+        return x.unflatten(-1, (h, d_k)).permute(2, 0, 1, 3).flatten(0, 1)
+
+    scores = fold(mha.W_q(queries)) @ fold(mha.W_k(keys)).transpose(1, 2) / math.sqrt(d_k)
+    weights = attention_weights(scores, folded_lens(valid_lens, h))
+    return weights.unflatten(0, (h, B)).transpose(0, 1)
+
+
+def zeroed_after(mha, queries, keys, valid_lens):
+    """Every head's softmax over all the keys, then the padding's weights set to 0."""
+    weights = per_head_weights(mha, queries, keys, None)
+    if valid_lens is None:
+        return weights
+    allowed = d2lh.valid_lens_to_mask(valid_lens, queries.shape[1], keys.shape[1])
+    return weights * allowed[:, None]
 
 
 def to_torch_multihead(mha, biases=True, order=("W_q", "W_k", "W_v"), batch_first=True,
@@ -102,11 +127,15 @@ def packed_self_attention(order=(0, 1, 2), transpose=True, scale="d_k", lens="in
                 return x.reshape(B, h, T, d_k)  # the classic mistake: no transpose
 
             Q, K, V = (split(chunks[i]) for i in order)
-            scores = Q @ K.transpose(-1, -2) / {"d_k": math.sqrt(d_k), "none": 1,
+            scores = Q @ K.transpose(-1, -2) / {"d_k": math.sqrt(d_k), "none": 1, "h": math.sqrt(h),
                                                 "d_model": math.sqrt(d_model)}[scale]
             folded = scores.reshape(B * h, T, T)
-            if softmax_dim == -1:
-                weights = attention_weights(folded, folded_lens(valid_lens, h, lens), fill)
+            if fill == "after" and valid_lens is not None:  # zeroed after the softmax
+                weights = torch.softmax(folded, -1) * d2lh.valid_lens_to_mask(
+                    folded_lens(valid_lens, h, lens), T, T)
+            elif softmax_dim == -1:
+                weights = attention_weights(folded, folded_lens(valid_lens, h, lens),
+                                            "package" if fill == "after" else fill)
             else:  # the mask first (-inf), then the softmax over the queries
                 allowed = torch.ones_like(folded, dtype=torch.bool) if valid_lens is None else \
                     d2lh.valid_lens_to_mask(folded_lens(valid_lens, h, lens), T, T)
@@ -114,7 +143,8 @@ def packed_self_attention(order=(0, 1, 2), transpose=True, scale="d_k", lens="in
             weights = weights.reshape(B, h, T, T)
             self.attention_weights = {"heads": weights, "folded": weights.reshape(B * h, T, T),
                                       "mean": weights.mean(dim=1),
-                                      "transposed": weights.transpose(-1, -2)}[store]
+                                      "transposed": weights.transpose(-1, -2),
+                                      "unmasked": torch.softmax(scores, -1)}[store]
             heads = weights @ V  # (B, h, T, d_k)
             merged = (heads.transpose(1, 2) if merge_transpose else heads).reshape(B, T, d_model)
             return self.W_o(merged) if project_out else merged
@@ -136,6 +166,15 @@ CHECKS = {
             "lengths of other sequences"),
         "mask forgotten": (lambda *a: per_head_weights(*a, lens="ignore"), "valid_lens (B,)",
                            "ignore valid_lens"),
+        "heads folded head-major, lengths repeated per sequence": (
+            head_major, "valid_lens (B,)", "lengths of other sequences"),
+        "lengths not repeated for the heads": (
+            lambda mha, q, k, lens: per_head_weights(mha, q, k, lens, lens="as they are"),
+            "raised ValueError", "not repeated for the h heads"),
+        "the padding zeroed after the softmax": (zeroed_after, "valid_lens (B,)",
+                                                 "zeroed on the padding"),
+        "scaled by sqrt(h)": (lambda *a: per_head_weights(*a, scale="h"), "differ",
+                              "another number than sqrt(d_k)"),
         "-inf fill, NaN in an empty row": (
             lambda *a: per_head_weights(*a, fill="-inf"),
             "a sequence with valid length 0: the result holds NaN", "hold NaN"),
@@ -202,6 +241,14 @@ CHECKS = {
             packed_self_attention(fill="-inf"),
             "a sequence with valid length 0: result 0 of the tuple: the result holds NaN",
             "hold NaN"),
+        "lengths not repeated for the heads": (packed_self_attention(lens="as they are"),
+                                               "raised ValueError", "not repeated for the h heads"),
+        "the padding zeroed after the softmax": (packed_self_attention(fill="after"),
+                                                 "valid_lens (B,)", "zeroed on the padding"),
+        "scaled by sqrt(h)": (packed_self_attention(scale="h"), "differ",
+                              "another number than sqrt(d_k)"),
+        "weights kept before the mask": (packed_self_attention(store="unmasked"),
+                                         "result 1 of the tuple", "ignore valid_lens"),
         "heads merged without the transpose": (packed_self_attention(merge_transpose=False),
                                                "differ", "without moving the head axis back"),
         "W_o forgotten": (packed_self_attention(project_out=False), "differ", "not projected"),

@@ -52,6 +52,9 @@ CHECKS = {
             "differ", "squares the distance"),
         "normalised over the queries": (
             lambda q, k, v, w: laplace_weights(q, k, w, dim=0) @ v, "differ", "over the queries"),
+        "normalised over the whole matrix": (
+            lambda q, k, v, w: (lambda K: K / K.sum() @ v)(torch.exp(-(q[:, None] - k).abs() / w)),
+            "differ", "whole matrix"),
         "not normalised": (
             lambda q, k, v, w: torch.exp(-(q[:, None] - k).abs() / w) @ v, "differ",
             "not normalised"),

@@ -88,13 +88,16 @@ def relative_self_attention(sign=1, clip=True, bias_at="scores", scale_bias=Fals
                 offsets = offsets.clamp(-self.max_distance, self.max_distance)
             bias = self.relative_bias[offsets + self.max_distance if shift else offsets]  # (T, T)
             scores = self.W_q(X) @ self.W_k(X).transpose(1, 2)
-            root = {True: math.sqrt(d), False: 1.0, "T": math.sqrt(T)}[scale]
+            root = {True: math.sqrt(d), False: 1.0, "T": math.sqrt(T), "d": d}[scale]
             if bias_at == "scores":
                 scores = (scores + bias) / root if scale_bias else scores / root + bias
             else:
                 scores = scores / root
-            if softmax_dim == -1:
-                weights = attention_weights(scores, valid_lens if mask else None, fill)
+            if fill == "after" and valid_lens is not None:  # zeroed after the softmax
+                weights = torch.softmax(scores, -1) * d2lh.valid_lens_to_mask(valid_lens, T, T)
+            elif softmax_dim == -1:
+                weights = attention_weights(scores, valid_lens if mask else None,
+                                            "package" if fill == "after" else fill)
             else:
                 allowed = (torch.ones_like(scores, dtype=torch.bool) if valid_lens is None
                            else d2lh.valid_lens_to_mask(valid_lens, T, T))
@@ -149,6 +152,10 @@ CHECKS = {
                                                              != torch.arange(d)[None, :] // 2),
             "differ", "outside the 2x2 blocks"),
         "the identity": (lambda delta, d: torch.eye(d), "differ", None),
+        "the blocks, not the matrix": (
+            lambda delta, d: torch.stack([shift_matrix(delta, d)[2 * j:2 * j + 2, 2 * j:2 * j + 2]
+                                          for j in range(d // 2)]), "expected shape",
+            "You return the blocks"),
     }),
     # The learner's class is the answer: the check builds it and copies seeded weights into it.
     "check_relative_self_attention": (relative_self_attention(), {
@@ -164,6 +171,9 @@ CHECKS = {
         "bias divided by sqrt(d) too": (relative_self_attention(scale_bias=True), "differ",
                                         "with the scores"),
         "not scaled": (relative_self_attention(scale=False), "differ", "not scaled"),
+        "scaled by d": (relative_self_attention(scale="d"), "differ", "d_model itself"),
+        "the padding zeroed after the softmax": (relative_self_attention(fill="after"),
+                                                 "valid_lens (B,)", "zeroed on the padding"),
         "scaled by the number of tokens": (relative_self_attention(scale="T"), "differ",
                                            "number of tokens"),
         "mask forgotten": (relative_self_attention(mask=False), "valid_lens (B,)",

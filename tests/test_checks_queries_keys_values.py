@@ -92,6 +92,12 @@ CHECKS = {
         "values not projected": (lambda X, W_q, W_k, W_v: (self_attention(X, W_q, W_k, W_v)[1] @ X,
                                                             self_attention(X, W_q, W_k, W_v)[1]),
                                  "on input", "not the values"),
+        "values projected with W_k": (
+            lambda X, W_q, W_k, W_v: attention_with(
+                X, W_q, W_k, W_k, lambda Q, K: numpy_softmax_rows(Q @ K.T / np.sqrt(Q.shape[1]))),
+            "differ", "values are projected with W_k"),
+        "scaled by 3": (lambda *a: self_attention(*a, scale_by=lambda X, Q: 9.0), "differ",
+                        "another number than sqrt(d)"),
         "keys projected with W_q": (lambda X, W_q, W_k, W_v: self_attention(X, W_q, W_q, W_v),
                                     "differ", "same projection"),
         "(A, Z) instead of (Z, A)": (lambda *a: self_attention(*a)[::-1], "result 0 of the tuple",
@@ -106,7 +112,7 @@ CHECKS = {
             "differ", "divided by d itself"),
         "scaled by the number of keys": (
             lambda Q, K, c: numpy_softmax_rows(c * Q @ K.T / np.sqrt(len(K))).max(axis=1),
-            "differ", "number of keys"),
+            "differ", "number of vectors"),
         "max over the queries": (
             lambda Q, K, c: numpy_softmax_rows(scaled_scores(Q, K, c)).max(axis=0),
             "expected shape", "largest weight of each key"),
@@ -125,6 +131,8 @@ CHECKS = {
         "the largest weight of all": (
             lambda Q, K, c: numpy_softmax_rows(scaled_scores(Q, K, c)).max(), "expected shape",
             "You return one number"),
+        "c forgotten": (lambda Q, K, c: numpy_softmax_rows(scaled_scores(Q, K, 1)).max(axis=1),
+                        "differ", "c is not used"),
         "argmax": (lambda Q, K, c: numpy_softmax_rows(scaled_scores(Q, K, c)).argmax(axis=1),
                    "differ", "its index"),
         "the largest score": (lambda Q, K, c: scaled_scores(Q, K, c).max(axis=1), "differ",

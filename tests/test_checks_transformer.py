@@ -108,7 +108,9 @@ CHECKS = {
         "divided by the variance": (
             lambda X, eps: (X - X.mean(-1, keepdim=True)) / (X.var(-1, False, keepdim=True) + eps),
             "the worked example", "divided by the variance"),
-        "with a learned scale of 2": (lambda X, eps: 2 * layer_norm(X, eps), "differ", None),
+        "with a learned scale of 2": (lambda X, eps: 2 * layer_norm(X, eps), "differ",
+                                      "~times a constant (2 here)"),
+        "the square of the right result": (lambda X, eps: layer_norm(X, eps) ** 2, "differ", None),
     }),
     "check_causal_additive_mask": (causal_additive_mask, {
         "diagonal masked too": (

@@ -45,12 +45,15 @@ def real_token_smoothing(logits, targets, valid_lens, eps, real_tokens, divide_b
 def advance_beams(log_probs, lengths, finished, step_log_probs, eos, alpha, per_beam=False,
                   ignore_beams=False, swap_unravel=False, across_sentences=False, ascending=False,
                   extend_finished=False, grow_finished=False, normalise=True, mark_ended=True,
-                  pay_eos=False, keep_lengths=False, return_scores=False, tokens_first=False):
+                  pay_eos=False, keep_lengths=False, return_scores=False, tokens_first=False,
+                  drop_finished=False):
     """One beam-search step; right by default, each flag a plausible mistake."""
     B, k, V = step_log_probs.shape
     if not extend_finished:  # a finished beam continues with <eos> only, at no cost
         carry = torch.full_like(step_log_probs, float("-inf"))
         carry[..., eos] = step_log_probs[..., eos] if pay_eos else 0.0
+        if drop_finished:
+            carry[..., eos] = float("-inf")
         step_log_probs = torch.where(finished[..., None], carry, step_log_probs)
     totals = step_log_probs if ignore_beams else log_probs[..., None] + step_log_probs
     new_lengths = lengths + 1 if grow_finished else torch.where(finished, lengths, lengths + 1)
@@ -74,6 +77,14 @@ def advance_beams(log_probs, lengths, finished, step_log_probs, eos, alpha, per_
     if tokens_first:
         return kept, new_lengths.gather(1, parents), ended, tokens, parents
     return kept, new_lengths.gather(1, parents), ended, parents, tokens
+
+
+def target_weighted_one(logits, targets, valid_lens, eps, real_tokens):
+    """The negative log-likelihood of the target in full, plus eps times the uniform part."""
+    valid = torch.arange(logits.shape[1])[None, :] < valid_lens[:, None]
+    log_p = torch.log_softmax(logits[valid], dim=-1)
+    nll = -log_p.gather(1, targets[valid][:, None]).squeeze(1)
+    return (nll - eps * log_p[:, real_tokens].mean(-1)).mean()
 
 
 def worst_first_by_topk(log_probs, lengths, finished, step_log_probs, eos, alpha):
@@ -117,6 +128,7 @@ CHECKS = {
                                    "sum over the valid positions"),
         "mean per sentence": (lambda *a: real_token_smoothing(*a, per_sentence=True), "differ",
                               "each sentence first"),
+        "the target weighted 1": (target_weighted_one, "differ", "full weight"),
         "eps and 1 - eps swapped": (lambda *a: real_token_smoothing(*a, swap_eps=True), "differ",
                                     "swapped"),
         "the special tokens smoothed": (
@@ -154,6 +166,8 @@ CHECKS = {
         "divided by the length, alpha ignored": (lambda *a: advance_beams(*a[:5], 1.0),
                                                  "on input", "length itself"),
         "worst first by topk": (lambda *a: worst_first_by_topk(*a), "k = 1", "worst first"),
+        "finished beams dropped": (lambda *a: advance_beams(*a, drop_finished=True),
+                                   "beam 0 finished", "are dropped"),
         "lengths never grow": (lambda *a: advance_beams(*a, keep_lengths=True), "on input",
                                "do not grow"),
         "no length normalisation": (

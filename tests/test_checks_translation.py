@@ -94,6 +94,9 @@ CHECKS = {
                                     "decoder's input tokens"),
         "the mean log-probability": (translation_log_prob(mean=True), "differ", "averaged"),
         "softmax over the positions": (translation_log_prob(dim=1), "differ", "over the positions"),
+        "lengths one too many": (
+            lambda *a: (lambda sums, lengths: (sums, lengths + 1))(*translation_log_prob()(*a)),
+            "result 1 of the tuple", "off by one"),
         "lengths T_out": (translation_log_prob(report_T=True), "result 1 of the tuple",
                           "Your lengths are T_out"),
         "probabilities instead of log-probabilities": (

@@ -184,7 +184,37 @@ def test_a_mistake_is_named_only_if_it_explains_every_case():
     assert diagnosis(lambda x: x.softmax(dim=-1) - (x.shape[0] == 3)).diagnosis is None
     # no catalogue, or a mistake it does not hold: today's message
     assert diagnosis(lambda x: x.softmax(dim=0), mistakes=None).diagnosis is None
-    assert diagnosis(lambda x: x.softmax(dim=-1) + 1).diagnosis is None
+    assert diagnosis(lambda x: x.softmax(dim=-1) ** 2).diagnosis is None
+
+
+@pytest.mark.parametrize("learner, sentence", [
+    (lambda x: 2 * x.softmax(dim=-1), "Your result is the expected one times a constant (2 here)"),
+    (lambda x: x.softmax(dim=-1) + 0.5, "Your result is the expected one plus a constant (0.5 here)"),
+    (lambda x: x.softmax(dim=-1)[..., None], "Your result holds the expected values, in the shape "
+                                             "(2, 3, 1) instead of (2, 3)"),
+    (lambda x: x.softmax(dim=-1).T, "Your result is the expected one with its last two axes swapped"),
+    (lambda x: x.softmax(dim=-1).tolist(), "Your result holds the expected values, as a list: "
+                                           "return a tensor."),
+])
+def test_what_a_result_shares_with_the_expected_one_is_named_for_any_exercise(learner, sentence):
+    failure = diagnosis(learner, mistakes=None)
+    assert failure.diagnosis.startswith(sentence)
+    assert " ".join(str(failure).split()).startswith(sentence)
+    # a mistake of the catalogue comes first
+    assert diagnosis(learner, mistakes={"Known.": learner}).diagnosis == "Known."
+
+
+def test_results_in_another_order_and_a_part_of_a_tuple_are_named():
+    cases = [("a 2x3 matrix", (torch.arange(6.0).reshape(2, 3),))]
+    both = lambda x: (x.softmax(dim=-1), x.sum())
+    with pytest.raises(ExerciseCheckFailed) as failure:
+        run_check("pair", lambda x: both(x)[::-1], cases, both)
+    assert failure.value.diagnosis == ("Your results are the expected ones in another order (result 0 "
+                                       "at place 1, result 1 at place 0).")
+    with pytest.raises(ExerciseCheckFailed) as failure:
+        run_check("pair", lambda x: (x.softmax(dim=-1), 3 * x.sum()), cases, both)
+    assert failure.value.diagnosis.startswith("Result 1: your result is the expected one times a "
+                                              "constant (3 here)")
 
 
 def test_a_mistake_is_named_from_the_cases_where_the_function_returns_even_if_it_raised_first():

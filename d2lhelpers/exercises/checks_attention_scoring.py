@@ -19,7 +19,7 @@ __all__ = ['check_multiplicative_scores', 'check_causal_lens']
 # The classic mistakes, each as the function that makes it ----------------------------------------
 
 def _wrong_scores(queries, keys, W, transpose_W=False, scale=None, transpose_scores=False,
-                  softmax=None):
+                  softmax=None, squash=False):
     """Luong's scores, right by default; each argument away from its default is a mistake."""
     scores = queries @ (W.T if transpose_W else W) @ keys.transpose(1, 2)  # (B, T_q, T_k)
     if scale == "queries":
@@ -30,6 +30,8 @@ def _wrong_scores(queries, keys, W, transpose_W=False, scale=None, transpose_sco
         scores = scores / (queries if scale == "q_size" else keys).shape[-1]
     if softmax is not None:
         scores = torch.softmax(scores, dim=softmax)
+    if squash:
+        scores = torch.tanh(scores)
     return scores.transpose(1, 2) if transpose_scores else scores
 
 
@@ -41,6 +43,8 @@ _MULTIPLICATIVE_SCORES_MISTAKES = {
                                             for scale in ("queries", "keys", "q_size", "k_size")),
     "Your scores are transposed, (B, T_k, T_q): row i must hold query i's scores against every "
     "key, (B, T_q, T_k).": partial(_wrong_scores, transpose_scores=True),
+    "Your scores go through a tanh, as in additive attention: the multiplicative score is q W k "
+    "itself.": partial(_wrong_scores, squash=True),
     "You return attention weights (a softmax of the scores): the exercise asks for the scores "
     "themselves.": tuple(partial(_wrong_scores, softmax=dim) for dim in (-1, -2, 0)),
 }

@@ -46,7 +46,8 @@ def _wrong_gru_cell(x, h, W_ih, W_hh, b_ih, b_hh, order=(0, 1, 2), reset="on the
     n = candidate({"on the projection": lambda: i_n + r * h_n,  # PyTorch: b_hn inside
                    "before the matrix": lambda: i_n + (r * h) @ W_hn.T + b_hn,  # Cho et al.
                    "not on the bias": lambda: i_n + r * (h @ W_hn.T) + b_hn,
-                   "nowhere": lambda: i_n + h_n}[reset]())
+                   "nowhere": lambda: i_n + h_n,
+                   "on the input": lambda: r * i_n + h_n}[reset]())
     return {"keeps h": lambda: (1 - z) * n + z * h, "keeps n": lambda: z * n + (1 - z) * h,
             "ignored": lambda: n}[update]()
 
@@ -65,6 +66,8 @@ _GRU_CELL_MISTAKES = {
                                                                    reset="before the matrix"),
     "Your reset gate leaves out the bias b_hn: it multiplies the whole hidden projection, "
     "W_hn h + b_hn.": partial(_wrong_gru_cell, reset="not on the bias"),
+    "Your reset gate multiplies the input's part of the candidate: it resets the state's part, "
+    "W_hn h + b_hn.": partial(_wrong_gru_cell, reset="on the input"),
     "Your candidate ignores the reset gate: r scales the hidden projection inside the tanh.":
         partial(_wrong_gru_cell, reset="nowhere"),
     "Your candidate uses a sigmoid: the gates use sigmoids, the candidate a tanh.":
@@ -73,6 +76,8 @@ _GRU_CELL_MISTAKES = {
         partial(_wrong_gru_cell, candidate=lambda v: v),
     "Your cell leaves out the hidden biases b_hh: each gate adds both projections, their biases "
     "included.": partial(_wrong_gru_cell, biases=("ih",)),
+    "Your cell leaves out the biases b_ih and b_hh: each gate adds both projections, their "
+    "biases included.": partial(_wrong_gru_cell, biases=()),
     "Your cell leaves out the input biases b_ih: each gate adds both projections, their biases "
     "included.": partial(_wrong_gru_cell, biases=("hh",)),
 }

@@ -42,14 +42,16 @@ def _wrong_rotary(x, positions, pairs="neighbours", turn=1, exponent="2j", writt
     else:
         a, b = x[..., 0::2], x[..., 1::2]
     first, second = a * cos - b * sin, a * sin + b * cos
-    if pairs == "halves" or written == "halves":
+    if written == "halves" or (pairs == "halves" and written != "interleaved anyway"):
         return torch.cat([first, second], dim=-1)
     return torch.stack([first, second], dim=-1).flatten(-2)
 
 
 _ROTARY_AT_POSITIONS_MISTAKES = {
     "Your pairs are the two halves (feature j with feature j + d_k/2): here a pair is two "
-    "neighbours, features 2j and 2j+1.": partial(_wrong_rotary, pairs="halves"),
+    "neighbours, features 2j and 2j+1.": (
+        partial(_wrong_rotary, pairs="halves"),
+        partial(_wrong_rotary, pairs="halves", written="interleaved anyway")),
     "Your rotated pairs are written back as two halves (all first features, then all second "
     "ones): each pair goes back to its place, features 2j and 2j+1.":
         partial(_wrong_rotary, written="halves"),
@@ -246,6 +248,8 @@ def _wrong_gqa_step(gqa, X, cache, rotate=("queries", "keys"), positions="after 
     cache.append(rotated if cache_keys == "rotated" else K, V)
     keys = cache.keys if cache_keys == "rotated" else apply_rotary(cache.keys,
                                                                   torch.arange(len(cache)))
+    if cache_keys == "rotated again":  # the whole cache rotated at every step, stored so
+        cache.keys = keys
     if heads == "interleave":  # query head i reads key-value head i // (h/g)
         keys, values = (t.repeat_interleave(h // g, dim=1) for t in (keys, cache.values))
     else:  # tiled: query head i reads head i % g
@@ -295,6 +299,8 @@ _CACHED_GQA_MISTAKES = {
         _wrong_gqa(causal="without the cache"),
     "Your cache holds the keys before their rotation: cache them rotated, at their positions, "
     "so that they are never rotated again.": _wrong_gqa(cache_keys="unrotated"),
+    "Your cached keys are rotated again at every step: rotate each key once, at its position, "
+    "when it joins the cache.": _wrong_gqa(cache_keys="rotated again"),
     "Your scores are divided by sqrt(d_model): each head scales by the square root of its own "
     "width, d_k.": _wrong_gqa(scale="d_model"),
     "Your scores are not scaled: each head divides them by the square root of its width d_k.":
@@ -346,7 +352,7 @@ def check_cached_gqa_self_attention(cls: type, seed: int = 0, hint: int = 1, *,
 
 
 def _wrong_top_p(logits, top_p, keep="mass before < top_p", renormalise=True, order="descending",
-                 softmax="stable", placed="back", cumulate="probabilities"):
+                 softmax="stable", placed="back", cumulate="probabilities", divide_by="sum"):
     """Nucleus probabilities, right by default; each other value of an argument is a classic
     mistake. keep: which sorted tokens are kept, by the probability of those before them or up
     to them."""
@@ -357,7 +363,8 @@ def _wrong_top_p(logits, top_p, keep="mass before < top_p", renormalise=True, or
             else logits.gather(-1, index)).cumsum(dim=-1)  # up to and including each token
     before = mass - (sorted_probs if cumulate == "probabilities" else logits.gather(-1, index))
     kept_sorted = {"mass before < top_p": before < top_p, "mass < top_p": mass < top_p,
-                   "mass <= top_p": mass <= top_p}[keep]
+                   "mass <= top_p": mass <= top_p, "mass < top_p, the first forced":
+                   (mass < top_p) | (torch.arange(mass.shape[-1]) == 0)}[keep]
     kept_sorted = kept_sorted.int().cumprod(dim=-1).bool()  # up to the first token not kept
     if placed == "sorted":
         out = sorted_probs * kept_sorted
@@ -365,6 +372,8 @@ def _wrong_top_p(logits, top_p, keep="mass before < top_p", renormalise=True, or
         out = probs * kept_sorted
     else:
         out = probs * torch.zeros_like(kept_sorted).scatter(-1, index, kept_sorted)
+    if divide_by == "top_p":
+        return out / top_p
     return out / out.sum(dim=-1, keepdim=True) if renormalise else out
 
 
@@ -372,7 +381,10 @@ _TOP_P_PROBS_MISTAKES = {
     "Your nucleus leaves out the token that crosses top_p: the nucleus includes it (its "
     "probabilities sum to at least top_p), so the most probable token is always kept.": tuple(
         partial(_wrong_top_p, keep=keep, renormalise=renormalise)
-        for keep in ("mass < top_p", "mass <= top_p") for renormalise in (True, False)),
+        for keep in ("mass < top_p", "mass <= top_p", "mass < top_p, the first forced")
+        for renormalise in (True, False)),
+    "Your kept probabilities are divided by top_p: divide them by their own sum, so that they "
+    "sum to 1.": partial(_wrong_top_p, divide_by="top_p"),
     "Your kept probabilities are not renormalised: divide them by their sum, so that they sum "
     "to 1.": partial(_wrong_top_p, renormalise=False),
     "Your nucleus keeps the least probable tokens: sort from the most probable down.":

@@ -82,6 +82,8 @@ def _head_weights(Q, K, valid_lens, scale="d_k", lens="interleave", fill="zero",
             weights = weights * allowed
     elif fill == "zero" or folded is None:
         weights = masked_softmax(scores, folded)
+    elif fill == "after":  # the padding's weights zeroed after the softmax, not renormalised
+        weights = torch.softmax(scores, dim=-1) * valid_lens_to_mask(folded, T_q, T_k)
     else:  # -inf where masked: a row without a valid key is NaN; finite: it is uniform
         allowed = valid_lens_to_mask(folded, T_q, T_k)
         weights = torch.softmax(scores.masked_fill(~allowed, -math.inf if fill == "-inf"
@@ -123,9 +125,77 @@ def _nan_rows(result, *args) -> bool:
     return seen
 
 
-def _per_head_mistakes(wrong: Callable) -> dict:
+def _heads(result, *args):
+    """(scores (B, h, T_q, T_k) unscaled, d_k, valid_lens, the learner's weights (B, h, T_q,
+    T_k)) from the arguments of either exercise: (mha, queries, keys, valid_lens) with the
+    weights as result, or (mha, X, valid_lens) with the weights as result 1."""
+    if len(args) == 4:
+        mha, queries, keys, valid_lens = args
+        weights = result
+    else:
+        (mha, queries, valid_lens), keys = args, args[1]
+        weights = result[1]
+    with torch.no_grad():
+        Q, K = mha.split_heads(mha.W_q(queries)), mha.split_heads(mha.W_k(keys))
+    weights = torch.as_tensor(weights).double()
+    scores = (Q @ K.transpose(-2, -1)).double()
+    if weights.shape != scores.shape:
+        raise ValueError("weights of another shape")
+    return scores, mha.d_k, valid_lens, weights
+
+
+def _head_weights_of(scores, lens):
+    """masked_softmax of scores (B, h, T_q, T_k) with lengths (B,) or (B, T_q) shared by the
+    heads of a sequence."""
+    B, h = scores.shape[:2]
+    folded = None if lens is None else lens.repeat_interleave(h, dim=0)
+    return masked_softmax(scores.flatten(0, 1), folded).unflatten(0, (B, h))
+
+
+def _other_lengths(result, *args) -> bool:
+    """Whether each head's weights are those of the lengths of some sequence of the batch, and
+    some head's those of another sequence than its own."""
+    scores, d_k, valid_lens, weights = _heads(result, *args)
+    if valid_lens is None:
+        return False
+    B, h = scores.shape[:2]
+    scores = scores / math.sqrt(d_k)
+    matches = torch.stack([  # (B', B, h): the weights of every head with sequence b's lengths
+        (_head_weights_of(scores, valid_lens[b:b + 1].expand_as(valid_lens)) - weights).abs()
+        .flatten(2).amax(dim=-1) < 1e-5 for b in range(B)])
+    own = matches[torch.arange(B), torch.arange(B)]  # (B, h)
+    return bool(matches.any(dim=0).all()) and not bool(own.all())
+
+
+def _scaled_otherwise(result, *args) -> bool:
+    """Whether the weights are those of the scores times another factor than 1/sqrt(d_k), the
+    same for every head."""
+    scores, d_k, valid_lens, weights = _heads(result, *args)
+    seen = weights > 0  # the keys a query sees: log w = factor * score + a row's constant
+    if not bool(seen.any()):
+        return False
+    counts = seen.sum(dim=-1, keepdim=True).clamp(min=1)
+    logs = torch.where(seen, weights.clamp(min=1e-300).log(), 0.0)
+    centred_logs = torch.where(seen, logs - logs.sum(-1, keepdim=True) / counts, 0.0)
+    centred = torch.where(seen, scores - torch.where(seen, scores, 0.0).sum(-1, keepdim=True)
+                          / counts, 0.0)
+    if float((centred ** 2).sum()) < 1e-12:
+        return False
+    factor = float((centred_logs * centred).sum() / (centred ** 2).sum())
+    return (not math.isclose(factor, 1 / math.sqrt(d_k), rel_tol=1e-3) and torch.allclose(
+        _head_weights_of(factor * scores, valid_lens), weights, atol=1e-5, rtol=1e-4))
+
+
+def _lengths_not_repeated(result, *args) -> bool:
+    """Whether the function raised on lengths of B sequences given for B*h folded rows."""
+    mha, valid_lens = args[0], args[-1]
+    return (isinstance(result, ValueError) and valid_lens is not None and mha.num_heads > 1
+            and "valid_lens must have shape" in str(result))
+
+
+def _per_head_mistakes(wrong: Callable, module: bool = False) -> dict:
     """The mistakes shared by the exercises that compute every head's weights, ``wrong`` making
-    them."""
+    them; ``module``: the exercise keeps the weights beside its output."""
     return {
         "Your heads are split without moving the head axis next to the batch: a plain reshape "
         "to (B, h, T, d_k) mixes the positions into the heads.":
@@ -136,11 +206,16 @@ def _per_head_mistakes(wrong: Callable) -> dict:
         "width, d_k = d_model / h.": partial(wrong, scale="d_model"),
         "Your scores are not scaled: each head divides them by the square root of its width d_k.":
             partial(wrong, scale="none"),
-        "Your heads use the lengths of other sequences (the batch's lengths tiled, not each "
-        "sequence's repeated for its h heads): which sequence does each folded row belong to?":
-            partial(wrong, lens="repeat"),
-        "Your weights ignore valid_lens: the padded keys must get weight 0.":
-            partial(wrong, lens="ignore"),
+        "Your heads use the lengths of other sequences: which sequence does each row of the "
+        "heads folded into the batch belong to?": (partial(wrong, lens="repeat"),
+                                                   Symptom(_other_lengths)),
+        "Your lengths are not repeated for the h heads folded into the batch: masked_softmax "
+        "gets the B lengths of the sequences for B * h rows.": Symptom(_lengths_not_repeated),
+        "Your weights ignore valid_lens: the padded keys must get weight 0.": (
+            partial(wrong, lens="ignore"), *((partial(wrong, keep="unmasked"),) if module
+                                             else ())),
+        "Your weights are zeroed on the padding after the softmax, without renormalising: they "
+        "no longer sum to 1 (mask the scores before the softmax).": partial(wrong, fill="after"),
         "Your weights hold NaN for a sequence with no valid key (softmax of a row of -inf): such "
         "a row must be all 0, as d2lh.masked_softmax gives.": (partial(wrong, fill="-inf"),
                                                               Symptom(_nan_rows)),
@@ -151,6 +226,8 @@ def _per_head_mistakes(wrong: Callable) -> dict:
         "to 1 over the keys.": tuple(partial(wrong, axis=-2, fill=fill, lens=lens)
                                      for lens in ("interleave", "ignore")
                                      for fill in ("zero", "-inf")),
+        "Your scores are divided by another number than sqrt(d_k), the square root of each "
+        "head's width.": Symptom(_scaled_otherwise),
     }
 
 
@@ -324,7 +401,9 @@ def _wrong_packed_self_attention(mha, X, valid_lens, order=(0, 1, 2), packing="b
               else heads.transpose(1, 2).reshape(B, T, d_model))
     output = merged @ mha.W_o.weight.T if project_out else merged
     kept = {"heads": A, "folded": A.reshape(B * h, T, T), "mean": A.mean(dim=1),
-            "transposed": A.transpose(-2, -1)}[keep]
+            "transposed": A.transpose(-2, -1)}.get(keep)
+    if keep == "unmasked":  # the output masked, the weights kept before the mask
+        kept = _head_weights(Q, K, None, **weights)
     return output, kept
 
 
@@ -336,7 +415,7 @@ _PACKED_SELF_ATTENTION_MISTAKES = {
     "Your packed outputs are read as each head's query, key and value side by side: W_qkv's "
     "outputs are all the queries (d_model features), then all the keys, then all the values.":
         partial(_wrong_packed_self_attention, packing="per head"),
-    **_per_head_mistakes(_wrong_packed_self_attention),
+    **_per_head_mistakes(_wrong_packed_self_attention, module=True),
     "Your heads' outputs are put side by side without moving the head axis back: a plain "
     "reshape of (B, h, T, d_k) mixes the positions into the features.":
         partial(_wrong_packed_self_attention, merge="reshape"),

@@ -45,6 +45,7 @@ def _wrong_laplace_pooling(queries, keys, values, width, kernel="laplace", norma
     scores = _kernel_scores(queries, keys, width, kernel)
     weights = {"keys": lambda: torch.softmax(scores, dim=1),
                "queries": lambda: torch.softmax(scores, dim=0),
+               "all": lambda: torch.softmax(scores.flatten(), dim=0).reshape(scores.shape),
                "none": lambda: torch.exp(scores)}[normalise]()
     return weights @ values if pool else weights
 
@@ -56,6 +57,8 @@ _LAPLACE_POOLING_MISTAKES = {
                                                              "squared over 2 width")),
     "Your weights are normalised over the queries (each column sums to 1): each query's weights "
     "must sum to 1 over the keys.": partial(_wrong_laplace_pooling, normalise="queries"),
+    "Your weights sum to 1 over the whole matrix: each query's weights must sum to 1 over the "
+    "keys, on their own.": partial(_wrong_laplace_pooling, normalise="all"),
     "Your weights are not normalised: each query's weights must sum to 1 over the keys.":
         partial(_wrong_laplace_pooling, normalise="none"),
     "Your distances are multiplied by the width: the kernel divides them by it.":

@@ -131,6 +131,8 @@ def _not_in_pairs(M, delta, d) -> bool:
 
 
 _SHIFT_MATRIX_MISTAKES = {
+    "You return the blocks, (d/2, 2, 2): M_delta places them on the diagonal of a (d, d) "
+    "matrix.": Symptom(lambda M, delta, d: tuple(torch.as_tensor(M).shape) == (d // 2, 2, 2)),
     "Your matrix has entries outside the 2x2 blocks of the pairs (columns 2j and 2j+1): M_delta "
     "is block diagonal, one rotation per pair.": Symptom(_not_in_pairs),
     "Your blocks rotate the other way, shifting back by delta: check the signs of the sines "
@@ -211,7 +213,7 @@ def _wrong_relative_attention(d_model, max_distance, parameters, X, valid_lens, 
     bias = parameters["relative_bias"][index]  # (T, T)
     Q, K, V = (X @ parameters[name].T for name in ("W_q", "W_k", "W_v"))
     scores = Q @ K.transpose(1, 2)
-    divisor = {"d": math.sqrt(d_model), "none": 1.0, "T": math.sqrt(T)}[scale]
+    divisor = {"d": math.sqrt(d_model), "none": 1.0, "T": math.sqrt(T), "d itself": d_model}[scale]
     if bias_at == "scores":
         scores = scores / divisor + bias
     elif bias_at == "scaled scores":
@@ -220,6 +222,9 @@ def _wrong_relative_attention(d_model, max_distance, parameters, X, valid_lens, 
         scores = scores / divisor
     allowed = None if valid_lens is None or mask == "none" else \
         valid_lens_to_mask(valid_lens, T, T)
+    if mask == "after" and allowed is not None:  # zeroed after the softmax, not renormalised
+        weights = torch.softmax(scores, dim=-1) * allowed
+        return weights @ V, weights
     if axis != -1:
         weights = torch.softmax(scores if allowed is None else scores.masked_fill(
             ~allowed, -math.inf), dim=axis)
@@ -258,8 +263,13 @@ _RELATIVE_SELF_ATTENTION_MISTAKES = {
         partial(_wrong_relative_attention, scale="none"),
     "Your scores are divided by the square root of the number of tokens: the scale is "
     "sqrt(d_model).": partial(_wrong_relative_attention, scale="T"),
+    "Your scores are divided by d_model itself (sqrt(d_model) twice?): q . k is divided by "
+    "sqrt(d_model).": partial(_wrong_relative_attention, scale="d itself"),
     "Your weights ignore valid_lens: the padded keys must get weight 0.":
         partial(_wrong_relative_attention, mask="none"),
+    "Your weights are zeroed on the padding after the softmax, without renormalising: they no "
+    "longer sum to 1 (mask the scores before the softmax).":
+        partial(_wrong_relative_attention, mask="after"),
     "Your weights hold NaN for a sequence with no valid key (softmax of a row of -inf): such a row "
     "must be all 0, as d2lh.masked_softmax gives.": partial(_wrong_relative_attention,
                                                            mask="-inf"),

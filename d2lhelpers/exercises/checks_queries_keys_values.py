@@ -44,18 +44,35 @@ def _weights(Q, K, scale="d", axis=1, normalise="softmax", transpose=False):
 
 
 def _wrong_self_attention(X, W_q, W_k, W_v, swap=False, project_values=True, keys_with="W_k",
-                          queries_with="W_q", transpose_weights=False, **weights):
+                          queries_with="W_q", transpose_weights=False, values_with="W_v",
+                          **weights):
     X, W_q, W_k, W_v = (torch.from_numpy(a) for a in (X, W_q, W_k, W_v))
-    named = {"W_q": W_q, "W_k": W_k}
+    named = {"W_q": W_q, "W_k": W_k, "W_v": W_v}
     Q, K = X @ named[queries_with], X @ named[keys_with]
     if weights.get("scale") == "input width":
         weights["scale"] = math.sqrt(X.shape[1])
     elif weights.get("scale") == "values width":
         weights["scale"] = math.sqrt(W_v.shape[1])
     A = _weights(Q, K, **weights)
-    V = X @ W_v if project_values else X
+    V = X @ named[values_with] if project_values else X
     Z = (A.T if transpose_weights else A) @ V
     return (A, Z) if swap else (Z, A)
+
+
+def _scaled_otherwise(weights, Q, K) -> bool:
+    """Whether ``weights`` are the softmax over the keys of the scores Q K^T times some factor
+    other than 1/sqrt(d) (d = Q's width), the same for every query."""
+    A, scores = torch.as_tensor(weights).double(), torch.as_tensor(Q @ K.T).double()
+    if A.shape != scores.shape or A.shape[1] < 2 or not bool((A > 0).all()):
+        return False
+    spread = scores - scores.mean(dim=1, keepdim=True)  # log A = factor * scores + a row's constant
+    logs = A.log() - A.log().mean(dim=1, keepdim=True)
+    if float((spread ** 2).sum()) < 1e-12:
+        return False
+    factor = float((logs * spread).sum() / (spread ** 2).sum())
+    right = 1 / math.sqrt(Q.shape[1])
+    return (not math.isclose(factor, right, rel_tol=1e-3)
+            and torch.allclose(A, torch.softmax(factor * scores, dim=1), atol=1e-6, rtol=1e-4))
 
 
 def _columns_sum_to_one(weights) -> bool:
@@ -97,6 +114,12 @@ _SELF_ATTENTION_MISTAKES = {
     "weights.": partial(_wrong_self_attention, transpose_weights=True),
     "Your outputs mix the inputs X, not the values: are the values projected with W_v?":
         partial(_wrong_self_attention, project_values=False),
+    "Your values are projected with W_k (or W_q): the values use W_v.": (
+        partial(_wrong_self_attention, values_with="W_k"),
+        partial(_wrong_self_attention, values_with="W_q")),
+    "Your scores are divided by another number than sqrt(d), the square root of the width of the "
+    "queries and keys.": Symptom(lambda result, X, W_q, W_k, W_v: _scaled_otherwise(
+        result[1], X @ W_q, X @ W_k)),
     "Your queries and keys come from the same projection: the queries use W_q, the keys W_k.": (
         partial(_wrong_self_attention, keys_with="W_q"),
         partial(_wrong_self_attention, queries_with="W_k")),
@@ -140,6 +163,8 @@ def check_self_attention(fn: Callable, seed: int = 0, hint: int = 1, *,
 
 def _wrong_max_weights(Q, K, c, factor="before", over="keys", take="max", **weights):
     Q, K = torch.from_numpy(Q), torch.from_numpy(K)
+    if weights.get("scale") == "queries":
+        weights["scale"] = math.sqrt(Q.shape[0])
     if factor == "before":
         Q = c * Q
     elif factor == "divides":
@@ -156,8 +181,11 @@ _MAX_WEIGHTS_MISTAKES = {
     "the softmax?": partial(_wrong_max_weights, scale="none"),
     "Your scores are divided by d itself, not by its square root.":
         partial(_wrong_max_weights, scale="d itself"),
-    "Your scores are divided by the square root of the number of keys; the scale is the width d "
-    "of the queries and keys.": partial(_wrong_max_weights, scale="keys"),
+    "Your scores are divided by the square root of a number of vectors (of keys, or of "
+    "queries); the scale is the width d of the queries and keys.": (
+        partial(_wrong_max_weights, scale="keys"), partial(_wrong_max_weights, scale="queries")),
+    "Your c is not used: it multiplies the scores before the softmax.":
+        partial(_wrong_max_weights, factor="ignored"),
     "Your c multiplies the weights after the softmax: it must multiply the scores before it (with "
     "c = 0 every weight is then 1/m).": partial(_wrong_max_weights, factor="after"),
     "Your scores are divided by c: c multiplies them.": partial(_wrong_max_weights,

@@ -22,12 +22,13 @@ __all__ = ['check_layer_norm', 'check_causal_additive_mask', 'check_cached_block
 # The classic mistakes, each as the function that makes it ----------------------------------------
 
 def _wrong_layer_norm(X, eps=1e-5, dims=(-1,), unbiased=False, eps_at="variance", centre=True,
-                      divide_by="std"):
+                      divide_by="std", variance_dims="as the mean's"):
     """Layer normalisation, right by default; each other value of an argument is a mistake.
     dims: the axes the statistics are taken over (None: all of them)."""
     dims = tuple(range(X.dim())) if dims is None else dims
     mean = X.mean(dim=dims, keepdim=True)
-    var = X.var(dim=dims, unbiased=unbiased, keepdim=True)
+    var_dims = dims if variance_dims == "as the mean's" else tuple(range(X.dim()))
+    var = X.var(dim=var_dims, unbiased=unbiased, keepdim=True)
     centred = X - mean if centre else X
     if divide_by == "variance":
         return centred / (var + eps)
@@ -46,7 +47,8 @@ _LAYER_NORM_MISTAKES = {
     "d_model, whatever the number of axes.": partial(_wrong_layer_norm, dims=(1,)),
     "Your statistics are taken over more than the last axis (the whole tensor, or several axes): "
     "each vector gets its own mean and variance, over its last axis.": (
-        partial(_wrong_layer_norm, dims=None), partial(_wrong_layer_norm, dims=(-2, -1))),
+        partial(_wrong_layer_norm, dims=None), partial(_wrong_layer_norm, dims=(-2, -1)),
+        partial(_wrong_layer_norm, variance_dims="all")),
     "Your eps is added outside the square root: it goes with the variance, sqrt(var + eps).":
         partial(_wrong_layer_norm, eps_at="std"),
     "Your eps is missing: on a constant vector the variance is 0, and eps keeps the division "

@@ -29,7 +29,7 @@ def _real_token_smoothing(logits, targets, valid_lens, eps, real_tokens):
 
 def _wrong_smoothing(logits, targets, valid_lens, eps, real_tokens, spread="real", divide="R",
                      log="log_softmax", padding="selected", weights="right", average="positions",
-                     uniform_part="mean", target_in_uniform=True):
+                     uniform_part="mean", target_in_uniform=True, target_weight="1 - eps"):
     """Label smoothing over the real tokens, right by default; each other value of an argument
     is a classic mistake."""
     B, T, V = logits.shape
@@ -52,6 +52,7 @@ def _wrong_smoothing(logits, targets, valid_lens, eps, real_tokens, spread="real
         count = {"R": chosen.sum(dim=-1), "V": torch.full_like(nll, V)}[divide]
         uniform = -total / count if uniform_part == "mean" else -total
         keep, smooth = (1 - eps, eps) if weights == "right" else (eps, 1 - eps)
+        keep = 1.0 if target_weight == "1" else keep
         losses = keep * nll + smooth * uniform  # (B, T)
     if padding == "multiplied":
         return (losses * valid).sum() / valid.sum()
@@ -88,6 +89,8 @@ _REAL_TOKEN_SMOOTHING_MISTAKES = {
     "positions together.": partial(_wrong_smoothing, average="sentences"),
     "Your weights are swapped: the target keeps 1 - eps and the uniform part gets eps.":
         partial(_wrong_smoothing, weights="swapped"),
+    "Your target keeps its full weight: with smoothing it gets 1 - eps, and the real tokens "
+    "share eps.": partial(_wrong_smoothing, target_weight="1"),
     "Your uniform part covers the tokens that are not real: it covers those where real_tokens is "
     "True.": partial(_wrong_smoothing, spread="not real"),
     "Your uniform part assumes that the first two tokens are the special ones: real_tokens says "
@@ -154,11 +157,13 @@ def _wrong_advance_beams(log_probs, lengths, finished, step_log_probs, eos, alph
                          finished_continue="with <eos> free", totals="added", grow="unfinished",
                          rank="by sentence", order="best first", unravel="by V",
                          normalise=True, ended="parent or <eos>", returned="totals",
-                         outputs="in order"):
+                         outputs="in order", select="topk", gather="by index"):
     """One beam-search step, right by default; each other value of an argument is a classic
     mistake."""
     B, k, V = step_log_probs.shape
-    if finished_continue != "like the others":
+    if finished_continue == "dropped":  # no candidate at all
+        step_log_probs = step_log_probs.masked_fill(finished[..., None], float("-inf"))
+    elif finished_continue != "like the others":
         carry = torch.full_like(step_log_probs, float("-inf"))
         carry[..., eos] = 0.0 if finished_continue == "with <eos> free" else \
             step_log_probs[..., eos]
@@ -177,12 +182,16 @@ def _wrong_advance_beams(log_probs, lengths, finished, step_log_probs, eos, alph
     elif rank == "whole batch":
         index = (scores.reshape(-1).topk(B * k).indices % (k * V)).reshape(B, k)
     else:
-        index = scores.reshape(B, k * V).sort(dim=-1, descending=order == "best first").indices
-        index = index[:, :k]
-    parents, tokens = (index // V, index % V) if unravel == "by V" else (index % k, index // k)
+        flat = scores.reshape(B, k * V)  # (equal candidates, -inf ones say, come in either order)
+        index = (flat.topk(k, dim=-1, largest=order == "best first").indices if select == "topk"
+                 else flat.sort(dim=-1, descending=order == "best first").indices[:, :k])
+    parents, tokens = {"by V": (index // V, index % V), "by k": (index % k, index // k),
+                       "divmod k": (index // k, index % k)}[unravel]
     done = finished.gather(1, parents)
     if ended == "parent or <eos>":
         done = done | (tokens == eos)
+    if gather == "by parents and tokens":  # the candidates found again from what was unravelled
+        index = parents * V + tokens
     chosen = (candidates if returned == "totals" else scores).reshape(B, k * V).gather(1, index)
     results = (chosen, new_lengths.gather(1, parents), done, parents, tokens)
     return results if outputs == "in order" else results[:3] + (tokens, parents)
@@ -203,39 +212,46 @@ def _worst_first(result, log_probs, lengths, finished, step_log_probs, eos, alph
     return bool(torch.equal(chosen, worst))
 
 
+def _beams(**mistake) -> tuple:
+    """:func:`_wrong_advance_beams` making ``mistake``, choosing the survivors with topk, and with
+    a sort (which orders equal candidates otherwise)."""
+    return tuple(partial(_wrong_advance_beams, select=select, **mistake)
+                 for select in ("topk", "sort"))
+
+
 _ADVANCE_BEAMS_MISTAKES = {
     "Your beams each keep their own best token: the k survivors are the best of all k * V "
-    "candidates of the sentence, several of them may extend one beam.":
-        partial(_wrong_advance_beams, rank="by beam"),
+    "candidates of the sentence, several of them may extend one beam.": _beams(rank="by beam"),
     "Your candidates' totals leave out their beam's log-probability: a candidate's total adds "
-    "its beam's log-probability to its token's.": partial(_wrong_advance_beams, totals="step"),
+    "its beam's log-probability to its token's.": _beams(totals="step"),
     "Your candidate index is split with k instead of V: a sentence's k * V candidates are laid "
-    "out beam by beam, V tokens each.": partial(_wrong_advance_beams, unravel="by k"),
+    "out beam by beam, V tokens each.": tuple(
+        variant for unravel in ("by k", "divmod k")
+        for gather in ("by index", "by parents and tokens")
+        for variant in _beams(unravel=unravel, gather=gather)),
     "Your top k runs over the whole batch: each sentence keeps its own k best candidates.":
-        partial(_wrong_advance_beams, rank="whole batch"),
+        _beams(rank="whole batch"),
     "Your survivors come worst first: the k best candidates, best first.": (
-        partial(_wrong_advance_beams, order="worst first"), Symptom(_worst_first)),
+        *_beams(order="worst first"), Symptom(_worst_first)),
     "Your finished beams are extended like the others: a finished beam has one candidate, "
-    "itself, continued by <eos> at no cost.": partial(_wrong_advance_beams,
-                                                      finished_continue="like the others"),
+    "itself, continued by <eos> at no cost.": _beams(finished_continue="like the others"),
+    "Your finished beams are dropped: a finished beam stays a candidate, itself, its "
+    "log-probability and length unchanged.": _beams(finished_continue="dropped"),
     "Your finished beams pay for their <eos>: a finished beam continues at no cost, its "
-    "log-probability unchanged.": partial(_wrong_advance_beams,
-                                          finished_continue="with <eos> paid"),
-    "Your finished beams grow longer: a finished beam keeps its length.":
-        partial(_wrong_advance_beams, grow="all"),
+    "log-probability unchanged.": _beams(finished_continue="with <eos> paid"),
+    "Your finished beams grow longer: a finished beam keeps its length.": _beams(grow="all"),
     "Your lengths do not grow: a candidate that extends an unfinished beam is one token longer.":
-        partial(_wrong_advance_beams, grow="none"),
+        _beams(grow="none"),
     "Your candidates are ranked by their total log-probability: they are ranked by log P / "
-    "length^alpha.": partial(_wrong_advance_beams, normalise=False),
+    "length^alpha.": _beams(normalise=False),
     "Your scores divide by the length itself: the length penalty divides by the length to the "
-    "power alpha.": partial(_wrong_advance_beams, normalise="length"),
+    "power alpha.": _beams(normalise="length"),
     "Your new log_probs are the length-normalised scores: the beams keep their total "
-    "log-probabilities; the normalised score only ranks them.":
-        partial(_wrong_advance_beams, returned="scores"),
+    "log-probabilities; the normalised score only ranks them.": _beams(returned="scores"),
     "Your beams that produce <eos> are not marked finished: a candidate whose token is <eos> is "
-    "finished.": partial(_wrong_advance_beams, ended="parent only"),
+    "finished.": _beams(ended="parent only"),
     "You return tokens before parents: the results are (log_probs, lengths, finished, parents, "
-    "tokens).": partial(_wrong_advance_beams, outputs="swapped"),
+    "tokens).": _beams(outputs="swapped"),
 }
 
 

@@ -180,14 +180,17 @@ def _wrong_log_prob(model, src, src_valid_lens, tokens, bos, eos, shift=True, co
     sums = torch.where(counted, token_log_p, 0.0).sum(dim=1)
     if reduce == "mean":
         sums = sums / lengths.clamp(min=1)
-    return sums, (lengths if lengths_of == "counted" else torch.full((B,), T))
+    right = torch.where(is_eos.any(1), first + 1, T)
+    return sums, {"counted": lengths, "T": torch.full((B,), T), "right": right,
+                  "one more": right + 1, "one fewer": right - 1}[lengths_of]
 
 
 _TRANSLATION_LOG_PROB_MISTAKES = {
     "Your decoder input is not shifted right: to predict tokens[:, t] the decoder sees <bos> and "
     "the tokens before t, never token t itself.": partial(_wrong_log_prob, shift=False),
     "Your log-probabilities count the tokens after the first <eos>: a row ends at its first "
-    "<eos>.": partial(_wrong_log_prob, count="all"),
+    "<eos>.": (partial(_wrong_log_prob, count="all"),
+               partial(_wrong_log_prob, count="all", lengths_of="right")),
     "Your log-probabilities count up to the last <eos>: a row ends at its first one.":
         partial(_wrong_log_prob, count="to the last"),
     "Your log-probabilities leave out the <eos> itself: a row counts up to its first <eos>, "
@@ -201,7 +204,10 @@ _TRANSLATION_LOG_PROB_MISTAKES = {
     "Your softmax normalises over the positions: each position's log-probabilities are over "
     "the vocabulary, the last axis.": partial(_wrong_log_prob, softmax_dim=1),
     "Your lengths are T_out for every row: a row's length counts its tokens up to its first "
-    "<eos>, included.": partial(_wrong_log_prob, lengths_of="all"),
+    "<eos>, included.": partial(_wrong_log_prob, lengths_of="T"),
+    "Your lengths are off by one: a row's length counts its tokens up to its first <eos>, that "
+    "<eos> included.": (partial(_wrong_log_prob, lengths_of="one more"),
+                        partial(_wrong_log_prob, lengths_of="one fewer")),
 }
 
 

@@ -27,6 +27,7 @@ import copy
 import importlib.util
 import inspect
 import io
+import itertools
 import math
 import pathlib
 import re
@@ -477,17 +478,157 @@ class _Diagnosis:
         return failed
 
 
+    def generic(self) -> str | None:
+        """A sentence for what the learner's results have in common with the expected ones, the
+        same on every failing case (see :data:`_GENERIC`), or None."""
+        for recognise in _GENERIC:
+            sentence = None
+            for j in self.order:
+                if not self._fails(j):
+                    continue
+                have = self._learner(j)
+                if have.error is not None:
+                    sentence = None
+                    break
+                text = _generic_on(recognise, have.result, self._expected(j).result, self.atol,
+                                   self.rtol)
+                if text is None:
+                    sentence = None
+                    break
+                sentence = sentence or text  # in the words of the first failing case
+            if sentence is not None:
+                return sentence
+        return None
+
+
+# What a result shares with the expected one: mistakes of any exercise ----------------------------
+
+def _tensors(got, expected):
+    """got and expected as float64 tensors (None if either is no tensor, array or number)."""
+    have, want = _as_tensor(got), _as_tensor(expected)
+    if have is None or want is None or have.dtype == torch.bool or want.dtype == torch.bool:
+        return None
+    return have.cpu().double(), want.cpu().double()
+
+
+def _reshaped(got, expected, atol, rtol) -> str | None:
+    pair = _tensors(got, expected)
+    if pair is None or pair[0].shape == pair[1].shape or pair[0].numel() != pair[1].numel():
+        return None
+    have, want = pair
+    if not torch.allclose(have.reshape(want.shape), want, atol=atol, rtol=rtol, equal_nan=True):
+        return None
+    return (f"Your result holds the expected values, in the shape {tuple(have.shape)} instead of "
+            f"{tuple(want.shape)}: an axis too many, too few, or flattened?")
+
+
+def _swapped(got, expected, atol, rtol) -> str | None:
+    pair = _tensors(got, expected)
+    if pair is None or pair[1].dim() < 2 or pair[1].shape[-1] == pair[1].shape[-2] == 1:
+        return None
+    have, want = pair
+    if have.shape != want.transpose(-2, -1).shape or (
+            have.shape == want.shape and torch.allclose(have, want, atol=atol, rtol=rtol,
+                                                        equal_nan=True)):
+        return None
+    if not torch.allclose(have, want.transpose(-2, -1), atol=atol, rtol=rtol, equal_nan=True):
+        return None
+    return "Your result is the expected one with its last two axes swapped (transposed)."
+
+
+def _contained(got, expected, atol, rtol) -> str | None:
+    if isinstance(got, (torch.Tensor, np.ndarray)) or not isinstance(got, (list, tuple)):
+        return None
+    try:
+        values = torch.as_tensor(got)
+    except Exception:
+        return None
+    if not _close(values, expected, atol, rtol):
+        return None
+    kind = "a tensor" if isinstance(expected, torch.Tensor) else "an array"
+    return f"Your result holds the expected values, as a {type(got).__name__}: return {kind}."
+
+
+def _scaled(got, expected, atol, rtol) -> str | None:
+    pair = _tensors(got, expected)
+    if pair is None or pair[0].shape != pair[1].shape:
+        return None
+    have, want = pair
+    finite = torch.isfinite(want) & torch.isfinite(have)
+    if not torch.equal(finite, torch.isfinite(want)) or not bool((want[finite] != 0).any()):
+        return None
+    factor = float((have[finite] * want[finite]).sum() / (want[finite] ** 2).sum())
+    if not math.isfinite(factor) or abs(factor) < 1e-6 or math.isclose(factor, 1, rel_tol=1e-3):
+        return None
+    if not torch.allclose(have[finite], factor * want[finite], atol=atol, rtol=rtol):
+        return None
+    return (f"Your result is the expected one times a constant ({factor:.4g} here): a factor too "
+            f"many or too few, or a sum where a mean is expected (or the reverse)?")
+
+
+def _shifted(got, expected, atol, rtol) -> str | None:
+    pair = _tensors(got, expected)
+    if pair is None or pair[0].shape != pair[1].shape or pair[1].numel() < 2:
+        return None
+    have, want = pair
+    finite = torch.isfinite(want) & torch.isfinite(have)
+    if not torch.equal(finite, torch.isfinite(want)) or not bool(finite.any()):
+        return None
+    offset = float((have[finite] - want[finite]).mean())
+    if abs(offset) <= atol or not torch.allclose(have[finite], want[finite] + offset, atol=atol,
+                                                 rtol=rtol):
+        return None
+    return (f"Your result is the expected one plus a constant ({offset:.4g} here): a term too "
+            f"many or too few?")
+
+
+def _permuted(got, expected, atol, rtol) -> str | None:
+    if (not isinstance(expected, tuple) or not isinstance(got, (tuple, list))
+            or len(got) != len(expected) or len(got) > 6):
+        return None
+    for order in itertools.permutations(range(len(got))):
+        if list(order) != list(range(len(got))) and all(
+                _close(got[i], expected[j], atol, rtol) for j, i in enumerate(order)):
+            places = ", ".join(f"result {j} at place {i}" for j, i in enumerate(order) if i != j)
+            return f"Your results are the expected ones in another order ({places})."
+    return None
+
+
+_GENERIC = (_permuted, _contained, _reshaped, _swapped, _scaled, _shifted)  # in this order
+
+
+def _generic_on(recognise, got, expected, atol, rtol) -> str | None:
+    """``recognise`` applied to a result, or to the one part of a tuple that differs."""
+    try:
+        return _generic_or_part(recognise, got, expected, atol, rtol)
+    except Exception:  # a result too odd to compare: nothing in common
+        return None
+
+
+def _generic_or_part(recognise, got, expected, atol, rtol) -> str | None:
+    text = recognise(got, expected, atol, rtol)
+    if text is not None or recognise is _permuted or not isinstance(expected, tuple):
+        return text
+    if not isinstance(got, (tuple, list)) or len(got) != len(expected):
+        return None
+    differing = [i for i, (g, e) in enumerate(zip(got, expected)) if not _close(g, e, atol, rtol)]
+    if len(differing) != 1:
+        return None
+    text = recognise(got[differing[0]], expected[differing[0]], atol, rtol)
+    return None if text is None else f"Result {differing[0]}: " + text[0].lower() + text[1:]
+
+
 def _diagnose(mistakes, learner_fn, cases, reference, compare_through, atol, rtol, failing,
               known) -> str | None:
-    """The first sentence of ``mistakes`` whose mistake explains the learner's results, or None."""
-    if not mistakes:
-        return None
+    """The first sentence of ``mistakes`` whose mistake explains the learner's results; else what
+    its results have in common with the expected ones, if anything (see :data:`_GENERIC`); else
+    None."""
     diagnosis = _Diagnosis(learner_fn, cases, reference, compare_through, atol, rtol, failing,
                            known)
-    for sentence, mistake in mistakes.items():
+    for sentence, mistake in (mistakes or {}).items():
         if diagnosis.explains(mistake):
             return sentence
-    return None
+    return diagnosis.generic()
 
 
 # Messages ----------------------------------------------------------------------------------------
@@ -586,8 +727,11 @@ def _run_cases(name, learner_fn, cases, reference, hints, hint, compare_through,
     known = {}  # case index -> the learner's _Outcome, for the diagnosis
 
     def fail(head, args, expected, got, index, learner_error=None):
-        diagnosis = _diagnose(mistakes, learner_fn, cases, reference, compare_through, atol, rtol,
-                              index, known)
+        try:
+            diagnosis = _quietly(lambda: _diagnose(mistakes, learner_fn, cases, reference,
+                                                   compare_through, atol, rtol, index, known))
+        except Exception:  # recognising a mistake must never hide the failure itself
+            diagnosis = None
         names = _argument_names(reference, len(args))
         message = _message(diagnosis, head, args, names, expected, got, hints, hint, verbose,
                            (atol, rtol))
