@@ -206,15 +206,19 @@ def test_what_a_result_shares_with_the_expected_one_is_named_for_any_exercise(le
 
 def test_results_in_another_order_and_a_part_of_a_tuple_are_named():
     cases = [("a 2x3 matrix", (torch.arange(6.0).reshape(2, 3),))]
-    both = lambda x: (x.softmax(dim=-1), x.sum())
+    both = lambda x: (x.softmax(dim=-1), x.sum(dim=0))
     with pytest.raises(ExerciseCheckFailed) as failure:
         run_check("pair", lambda x: both(x)[::-1], cases, both)
     assert failure.value.diagnosis == ("Your results are the expected ones in another order (result 0 "
                                        "at place 1, result 1 at place 0).")
     with pytest.raises(ExerciseCheckFailed) as failure:
-        run_check("pair", lambda x: (x.softmax(dim=-1), 3 * x.sum()), cases, both)
+        run_check("pair", lambda x: (x.softmax(dim=-1), 3 * x.sum(dim=0)), cases, both)
     assert failure.value.diagnosis.startswith("Result 1: your result is the expected one times a "
                                               "constant (3 here)")
+    # one number is always a factor times another: that alone names nothing
+    with pytest.raises(ExerciseCheckFailed) as failure:
+        run_check("total", lambda x: 3 * x.sum(), cases, lambda x: x.sum())
+    assert failure.value.diagnosis is None
 
 
 def test_a_mistake_is_named_from_the_cases_where_the_function_returns_even_if_it_raised_first():

@@ -482,23 +482,44 @@ class _Diagnosis:
         """A sentence for what the learner's results have in common with the expected ones, the
         same on every failing case (see :data:`_GENERIC`), or None."""
         for recognise in _GENERIC:
-            sentence = None
+            found = []
             for j in self.order:
                 if not self._fails(j):
                     continue
                 have = self._learner(j)
-                if have.error is not None:
-                    sentence = None
-                    break
-                text = _generic_on(recognise, have.result, self._expected(j).result, self.atol,
-                                   self.rtol)
+                text = None if have.error is not None else _generic_on(
+                    recognise, have.result, self._expected(j).result, self.atol, self.rtol)
                 if text is None:
-                    sentence = None
+                    found = []
                     break
-                sentence = sentence or text  # in the words of the first failing case
-            if sentence is not None:
-                return sentence
+                found.append(text)
+            strong = [f for f in found if not isinstance(f, _Alike)]
+            if strong and all(f.fits(strong[0]) for f in found if isinstance(f, _Alike)):
+                text = strong[0]
+                return text if isinstance(found[0], _Alike) else found[0]  # the failing case's
         return None
+
+
+class _Measured(str):
+    """A sentence about a result, with the number it measured (a factor, an offset)."""
+
+    def __new__(cls, text: str, value: float):
+        measured = super().__new__(cls, text)
+        measured.value = value
+        return measured
+
+
+class _Alike(str):
+    """What one number (a result of a single value) shares with the expected one, e.g. a factor:
+    it says something only when the same holds where the result has several values."""
+
+    def __new__(cls, text: str, value: float):
+        alike = super().__new__(cls, text)
+        alike.value = value
+        return alike
+
+    def fits(self, strong: str) -> bool:
+        return math.isclose(self.value, getattr(strong, "value", math.nan), rel_tol=1e-3)
 
 
 # What a result shares with the expected one: mistakes of any exercise ----------------------------
@@ -562,13 +583,15 @@ def _scaled(got, expected, atol, rtol) -> str | None:
         return None
     if not torch.allclose(have[finite], factor * want[finite], atol=atol, rtol=rtol):
         return None
-    return (f"Your result is the expected one times a constant ({factor:.4g} here): a factor too "
+    text = (f"Your result is the expected one times a constant ({factor:.4g} here): a factor too "
             f"many or too few, or a sum where a mean is expected (or the reverse)?")
+    # one number is always some factor times another: that says something only with more values
+    return _Alike(text, factor) if want.numel() == 1 else _Measured(text, factor)
 
 
 def _shifted(got, expected, atol, rtol) -> str | None:
     pair = _tensors(got, expected)
-    if pair is None or pair[0].shape != pair[1].shape or pair[1].numel() < 2:
+    if pair is None or pair[0].shape != pair[1].shape:
         return None
     have, want = pair
     finite = torch.isfinite(want) & torch.isfinite(have)
@@ -578,8 +601,9 @@ def _shifted(got, expected, atol, rtol) -> str | None:
     if abs(offset) <= atol or not torch.allclose(have[finite], want[finite] + offset, atol=atol,
                                                  rtol=rtol):
         return None
-    return (f"Your result is the expected one plus a constant ({offset:.4g} here): a term too "
+    text = (f"Your result is the expected one plus a constant ({offset:.4g} here): a term too "
             f"many or too few?")
+    return _Alike(text, offset) if want.numel() == 1 else _Measured(text, offset)
 
 
 def _permuted(got, expected, atol, rtol) -> str | None:
@@ -615,7 +639,10 @@ def _generic_or_part(recognise, got, expected, atol, rtol) -> str | None:
     if len(differing) != 1:
         return None
     text = recognise(got[differing[0]], expected[differing[0]], atol, rtol)
-    return None if text is None else f"Result {differing[0]}: " + text[0].lower() + text[1:]
+    if text is None:
+        return None
+    part = f"Result {differing[0]}: " + text[0].lower() + text[1:]
+    return type(text)(part, text.value) if hasattr(text, "value") else part
 
 
 def _diagnose(mistakes, learner_fn, cases, reference, compare_through, atol, rtol, failing,
