@@ -37,6 +37,9 @@ CHECKS = {
                                      "scaled by a width"),
         "a tanh, as in additive attention": (lambda q, k, W: torch.tanh(q @ W @ k.mT), "differ",
                                              "tanh"),
+        "the batch flattened": (
+            lambda q, k, W: q.flatten(0, 1) @ W @ k.flatten(0, 1).T, "expected shape",
+            "mix the sequences of the batch"),
         "the weights": (lambda q, k, W: torch.softmax(q @ W @ k.mT, dim=-1), "differ",
                         "attention weights"),
     }),

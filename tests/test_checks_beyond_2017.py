@@ -40,7 +40,7 @@ def rotary_at_positions(pairing="neighbours", sign=1, exponent=2, use_positions=
 
 def online_softmax_update(rescale_acc=True, rescale_l=True, guard=True, subtract_max=True,
                           running_max=True, invert=False, old_shift=False, update_m=True,
-                          normalise=False):
+                          normalise=False, block_factor=False):
     """One online-softmax block, right by default; each flag off is one plausible mistake."""
 
     def update(m, l, acc, scores, values):
@@ -55,6 +55,8 @@ def online_softmax_update(rescale_acc=True, rescale_l=True, guard=True, subtract
         old = torch.where(m == -math.inf, torch.zeros_like(m), m)
         p = torch.exp(scores - (old if old_shift else reference))
         factor = torch.exp(reference - m) if invert else torch.exp(m - reference)
+        if block_factor:  # against the block's maximum alone
+            factor = torch.exp(m - torch.where(block_max == -math.inf, 0.0, block_max))
         new_l = (l * factor if rescale_l else l) + p.sum(dim=-1, keepdim=True)
         new_acc = (acc * factor if rescale_acc else acc) + p @ values
         if normalise:
@@ -191,6 +193,8 @@ CHECKS = {
         "the block's maximum instead of the running one": (
             online_softmax_update(running_max=False), "every new score below the running maximum",
             "new block's alone"),
+        "rescaled against the block's maximum": (online_softmax_update(block_factor=True),
+                                                 "every new score below", "block's maximum alone"),
         "m not updated": (online_softmax_update(update_m=False), "result 0 of the tuple",
                           "m is not updated"),
         "acc normalised": (online_softmax_update(normalise=True), "result 2 of the tuple",

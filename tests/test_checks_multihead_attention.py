@@ -22,6 +22,8 @@ def folded_lens(valid_lens, h, lens="interleave"):
         return None
     if lens == "as they are":  # not repeated for the heads at all
         return valid_lens
+    if lens == "flat":  # one length per sequence assumed: (B,) -> (B * h,)
+        return valid_lens[:, None].expand(-1, h).reshape(-1)
     if lens == "interleave":
         return valid_lens.repeat_interleave(h, dim=0)
     return valid_lens.repeat(h, *[1] * (valid_lens.dim() - 1))
@@ -57,6 +59,15 @@ def per_head_weights(mha, queries, keys, valid_lens, fold=True, scale="d_k", len
     if unfold == "(h, B)":
         return weights.reshape(h, queries.shape[0], *weights.shape[1:]).transpose(0, 1)
     return weights.reshape(queries.shape[0], h, *weights.shape[1:])  # (B*h, ...) -> (B, h, ...)
+
+
+def biases_swapped(mha):
+    """The right layer, but the biases of the queries and the keys swapped."""
+    layer = to_torch_multihead(mha)
+    if mha.W_q.bias is not None:
+        with torch.no_grad():
+            layer.in_proj_bias.copy_(torch.cat([mha.W_k.bias, mha.W_q.bias, mha.W_v.bias]))
+    return layer
 
 
 def head_major(mha, queries, keys, valid_lens):
@@ -171,6 +182,9 @@ CHECKS = {
         "lengths not repeated for the heads": (
             lambda mha, q, k, lens: per_head_weights(mha, q, k, lens, lens="as they are"),
             "raised ValueError", "not repeated for the h heads"),
+        "lengths repeated as if one per sequence": (
+            lambda mha, q, k, lens: per_head_weights(mha, q, k, lens, lens="flat"),
+            "valid_lens (B, T_q)", "one length per sequence (B,) only"),
         "the padding zeroed after the softmax": (zeroed_after, "valid_lens (B,)",
                                                  "zeroed on the padding"),
         "scaled by sqrt(h)": (lambda *a: per_head_weights(*a, scale="h"), "differ",
@@ -197,11 +211,13 @@ CHECKS = {
                              "biases are not copied (they stay 0)"),
         "the output bias forgotten": (lambda mha: to_torch_multihead(mha, biases="in"),
                                       "bias=True", "output bias"),
+        "biases stacked [b_k; b_q; b_v]": (lambda mha: biases_swapped(mha), "bias=True",
+                                           "biases in another order"),
         "the input biases forgotten": (lambda mha: to_torch_multihead(mha, biases="out"),
                                        "bias=True", "input biases"),
         "[W_k; W_q; W_v]": (
             lambda mha: to_torch_multihead(mha, order=("W_k", "W_q", "W_v")), "differ",
-            "another order"),
+            "projections in another order"),
         "batch_first forgotten": (
             lambda mha: to_torch_multihead(mha, batch_first=False), "on input", "batch_first"),
         "weights stacked side by side": (
@@ -241,6 +257,9 @@ CHECKS = {
             packed_self_attention(fill="-inf"),
             "a sequence with valid length 0: result 0 of the tuple: the result holds NaN",
             "hold NaN"),
+        "lengths repeated as if one per sequence": (packed_self_attention(lens="flat"),
+                                                    "valid_lens (B, T)",
+                                                    "one length per sequence (B,) only"),
         "lengths not repeated for the heads": (packed_self_attention(lens="as they are"),
                                                "raised ValueError", "not repeated for the h heads"),
         "the padding zeroed after the softmax": (packed_self_attention(fill="after"),

@@ -51,7 +51,8 @@ CHECKS = {
             lambda q, k, v, w: torch.softmax(-((q[:, None] - k) / w) ** 2, dim=1) @ v,
             "differ", "squares the distance"),
         "normalised over the queries": (
-            lambda q, k, v, w: laplace_weights(q, k, w, dim=0) @ v, "differ", "over the queries"),
+            lambda q, k, v, w: laplace_weights(q, k, w, dim=0) @ v, "differ",
+            "normalised over the queries"),
         "normalised over the whole matrix": (
             lambda q, k, v, w: (lambda K: K / K.sum() @ v)(torch.exp(-(q[:, None] - k).abs() / w)),
             "differ", "whole matrix"),
@@ -74,6 +75,8 @@ CHECKS = {
             lambda q, k, v, w: laplace_kernel_pooling(q, k, v, w,
                                                       lambda d: torch.exp(-d.abs() / w ** 2)),
             "differ", "width squared"),
+        "pooled over the queries": (lambda q, k, v, w: (laplace_weights(q, k, w) * v).sum(0),
+                                    "on input", "sum over the queries"),
         "the weights returned": (lambda q, k, v, w: laplace_weights(q, k, w), "expected shape",
                                  "return the weights"),
         "each value weighted by the query's distance to the mean key": (
@@ -104,6 +107,9 @@ CHECKS = {
         "the mean error, not squared": (
             lambda x, y, w: (torch.softmax((-((x[:, None] - x) / w) ** 2 / 2).fill_diagonal_(
                 -math.inf), dim=1) @ y - y).mean().item(), "expected", "not squared"),
+        "the squared errors, not their mean": (
+            lambda x, y, w: (torch.softmax((-((x[:, None] - x) / w) ** 2 / 2).fill_diagonal_(
+                -math.inf), dim=1) @ y - y) ** 2, "expected", "one error per point"),
         "root mean squared error": (lambda x, y, w: loo_by_loop(x, y, w) ** 0.5, "expected",
                                     "root of the mean"),
         "mean absolute error": (

@@ -19,10 +19,12 @@ from d2lhelpers.exercises.checks_positional_encoding import _shift_matrix as shi
 
 
 def sinusoidal_table(max_len, d, exponent=2, layout="interleave", first=torch.sin,
-                     second=torch.cos, start=0):
+                     second=torch.cos, start=0, degrees=False):
     i = torch.arange(start, start + max_len, dtype=torch.float64)[:, None]
     j = torch.arange((d + 1) // 2, dtype=torch.float64)
     angles = i / 10000 ** (exponent * j / d)  # (max_len, ceil(d/2))
+    if degrees:
+        angles = torch.deg2rad(angles)
     if layout == "halves":  # sines in the first half, cosines in the second
         return torch.cat([first(angles), second(angles)], dim=1)[:, :d]
     P = torch.empty(max_len, d, dtype=torch.float64)
@@ -84,7 +86,9 @@ def relative_self_attention(sign=1, clip=True, bias_at="scores", scale_bias=Fals
             T, d = X.shape[1], X.shape[2]
             positions = torch.arange(T)
             offsets = sign * (positions[None, :] - positions[:, None])  # right: key minus query
-            if clip:
+            if clip == "one short":
+                offsets = offsets.clamp(-self.max_distance + 1, self.max_distance - 1)
+            elif clip:
                 offsets = offsets.clamp(-self.max_distance, self.max_distance)
             bias = self.relative_bias[offsets + self.max_distance if shift else offsets]  # (T, T)
             scores = self.W_q(X) @ self.W_k(X).transpose(1, 2)
@@ -130,6 +134,8 @@ CHECKS = {
             "an odd width", "is 0"),
         "even widths only": (even_only_table, "an odd width", "even widths only"),
         "transposed": (lambda n, d: sinusoidal_table(n, d).T, "expected shape", "transposed"),
+        "angles in degrees": (lambda n, d: sinusoidal_table(n, d, degrees=True), "differ",
+                              "not at the frequencies"),
     }),
     "check_shift_matrix": (shift_matrix, {
         "rotation transposed (shifts back)": (
@@ -162,6 +168,8 @@ CHECKS = {
         "offset i - j instead of j - i": (relative_self_attention(sign=-1), "differ", "i - j"),
         "offsets not clipped": (relative_self_attention(clip=False), "raised IndexError",
                                 "not clipped"),
+        "offsets clipped one short": (relative_self_attention(clip="one short"), "differ",
+                                      "clipped one short"),
         "offsets not shifted": (relative_self_attention(shift=False), "differ",
                                 "without the shift"),
         "bias added to the weights": (

@@ -40,11 +40,14 @@ def attend(attention, x, keys, values, valid_lens):
 
 
 def cached_block_step(post_norm_only=False, append=True, offset=True, causal=True,
-                      pre_norm_only=False, cross_lens=True, read_cache=True, project_raw=False):
+                      pre_norm_only=False, cross_lens=True, read_cache=True, project_raw=False,
+                      ffn_post_norm=False):
     """A cached decoder-block step, right by default; each flag off is one plausible mistake."""
 
     def step(block, x, cache, enc_keys, enc_values, src_valid_lens):
         def sublayer(add_norm, x, f):
+            if ffn_post_norm and add_norm is block.add_norm3:
+                return add_norm.norm(x + f(x))
             if (add_norm.norm_first and not post_norm_only) or pre_norm_only:
                 return x + f(add_norm.norm(x))
             return add_norm.norm(x + f(x))
@@ -137,6 +140,8 @@ CHECKS = {
     "check_cached_block_step": (cached_block_step(), {
         "post-norm only (norm_first ignored)": (cached_block_step(post_norm_only=True),
                                                 "pre-norm block", "as post-norm"),
+        "the FFN always post-norm": (cached_block_step(ffn_post_norm=True), "pre-norm block",
+                                     "do not all follow"),
         "pre-norm only": (cached_block_step(pre_norm_only=True), "post-norm block",
                           "as pre-norm"),
         "new keys and values never stored": (cached_block_step(append=False),

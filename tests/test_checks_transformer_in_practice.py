@@ -46,7 +46,7 @@ def advance_beams(log_probs, lengths, finished, step_log_probs, eos, alpha, per_
                   ignore_beams=False, swap_unravel=False, across_sentences=False, ascending=False,
                   extend_finished=False, grow_finished=False, normalise=True, mark_ended=True,
                   pay_eos=False, keep_lengths=False, return_scores=False, tokens_first=False,
-                  drop_finished=False):
+                  drop_finished=False, multiply_penalty=False):
     """One beam-search step; right by default, each flag a plausible mistake."""
     B, k, V = step_log_probs.shape
     if not extend_finished:  # a finished beam continues with <eos> only, at no cost
@@ -60,6 +60,8 @@ def advance_beams(log_probs, lengths, finished, step_log_probs, eos, alpha, per_
     if keep_lengths:
         new_lengths = lengths
     scores = totals / new_lengths[..., None].float() ** alpha if normalise else totals
+    if multiply_penalty:
+        scores = totals * new_lengths[..., None].float() ** alpha
     if per_beam:  # each beam keeps its own best token
         _, tokens = scores.max(dim=-1)
         index = torch.arange(k)[None, :] * V + tokens
@@ -77,6 +79,15 @@ def advance_beams(log_probs, lengths, finished, step_log_probs, eos, alpha, per_
     if tokens_first:
         return kept, new_lengths.gather(1, parents), ended, tokens, parents
     return kept, new_lengths.gather(1, parents), ended, parents, tokens
+
+
+def r_minus_one(logits, targets, valid_lens, eps, real_tokens):
+    """The uniform part summed over the real tokens, target included, divided by R - 1."""
+    valid = torch.arange(logits.shape[1])[None, :] < valid_lens[:, None]
+    log_p = torch.log_softmax(logits[valid], dim=-1)
+    nll = -log_p.gather(1, targets[valid][:, None]).squeeze(1)
+    uniform = -log_p[:, real_tokens].sum(-1) / (real_tokens.sum() - 1)
+    return ((1 - eps) * nll + eps * uniform).mean()
 
 
 def target_weighted_one(logits, targets, valid_lens, eps, real_tokens):
@@ -111,6 +122,7 @@ CHECKS = {
         "divided by V instead of the number of real tokens": (
             lambda *a: real_token_smoothing(*a, divide_by_vocab=True), "<pad> and <bos> not real",
             "divides by V"),
+        "divided by R - 1": (r_minus_one, "differ", "divides by R - 1"),
         "the sum over the real tokens": (lambda *a: real_token_smoothing(*a, real_sum=True),
                                          "differ", "is a sum over the real tokens"),
         "log(softmax) instead of log_softmax": (
@@ -163,6 +175,8 @@ CHECKS = {
                                          "beam 0 finished", "pay for their <eos>"),
         "finished beams grow longer": (
             lambda *a: advance_beams(*a, grow_finished=True), "beam 0 finished", "grow longer"),
+        "the length penalty multiplied": (lambda *a: advance_beams(*a, multiply_penalty=True),
+                                          "on input", "multiply log P"),
         "divided by the length, alpha ignored": (lambda *a: advance_beams(*a[:5], 1.0),
                                                  "on input", "length itself"),
         "worst first by topk": (lambda *a: worst_first_by_topk(*a), "k = 1", "worst first"),

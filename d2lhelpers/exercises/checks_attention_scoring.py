@@ -43,6 +43,10 @@ _MULTIPLICATIVE_SCORES_MISTAKES = {
                                             for scale in ("queries", "keys", "q_size", "k_size")),
     "Your scores are transposed, (B, T_k, T_q): row i must hold query i's scores against every "
     "key, (B, T_q, T_k).": partial(_wrong_scores, transpose_scores=True),
+    "Your scores mix the sequences of the batch, (B * T_q, B * T_k): each sequence's queries "
+    "score against its own keys only, a batched product.": Symptom(
+        lambda got, queries, keys, W: tuple(got.shape) == (queries.shape[0] * queries.shape[1],
+                                                           keys.shape[0] * keys.shape[1])),
     "Your scores go through a tanh, as in additive attention: the multiplicative score is q W k "
     "itself.": partial(_wrong_scores, squash=True),
     "You return attention weights (a softmax of the scores): the exercise asks for the scores "

@@ -116,6 +116,8 @@ def _wrong_online_update(m, l, acc, scores, values, rescale=("l", "acc"), guard=
     p = torch.exp(scores - (guarded(m) if shift == "old maximum" else reference))
     correction = torch.exp(m - reference) if factor == "exp(m - m_new)" else \
         torch.exp(reference - m)
+    if factor == "the block's maximum":  # the old sums compared with the block's maximum alone
+        correction = torch.exp(m - guarded(block_max))
     new_l = (l * correction if "l" in rescale else l) + p.sum(dim=-1, keepdim=True)
     new_acc = (acc * correction if "acc" in rescale else acc) + p @ values
     if returned == "normalised":
@@ -136,6 +138,9 @@ _ONLINE_SOFTMAX_UPDATE_MISTAKES = {
     "Your rescaling factor is inverted: when the maximum grows, the sums made under the old one "
     "must shrink, not grow.":
         partial(_wrong_online_update, factor="exp(m_new - m)"),
+    "Your rescaling factor compares m with the block's maximum alone: the old sums go from m to "
+    "the new running maximum, the larger of m and the block's maximum.":
+        partial(_wrong_online_update, factor="the block's maximum"),
     "Your state turns NaN for a query that has seen only -inf scores (exp(-inf - (-inf)) is "
     "NaN): such a query's l and acc must stay 0.":
         partial(_wrong_online_update, guard=False),

@@ -193,6 +193,12 @@ def _lengths_not_repeated(result, *args) -> bool:
             and "valid_lens must have shape" in str(result))
 
 
+def _per_sequence_lengths_only(result, *args) -> bool:
+    """Whether the function raised on lengths per query (B, T_q), and only there."""
+    valid_lens = args[-1]
+    return isinstance(result, Exception) and valid_lens is not None and valid_lens.dim() == 2
+
+
 def _per_head_mistakes(wrong: Callable, module: bool = False) -> dict:
     """The mistakes shared by the exercises that compute every head's weights, ``wrong`` making
     them; ``module``: the exercise keeps the weights beside its output."""
@@ -211,6 +217,8 @@ def _per_head_mistakes(wrong: Callable, module: bool = False) -> dict:
                                                    Symptom(_other_lengths)),
         "Your lengths are not repeated for the h heads folded into the batch: masked_softmax "
         "gets the B lengths of the sequences for B * h rows.": Symptom(_lengths_not_repeated),
+        "Your lengths work for one length per sequence (B,) only: valid_lens may also hold one "
+        "length per query, (B, T_q).": Symptom(_per_sequence_lengths_only),
         "Your weights ignore valid_lens: the padded keys must get weight 0.": (
             partial(wrong, lens="ignore"), *((partial(wrong, keep="unmasked"),) if module
                                              else ())),
@@ -273,7 +281,8 @@ def check_per_head_weights(fn: Callable, seed: int = 0, hint: int = 1, *,
 
 
 def _wrong_torch_multihead(mha, queries, keys, values, order=("W_q", "W_k", "W_v"),
-                           biases=("in", "out"), batch_first=True, transpose=False):
+                           biases=("in", "out"), batch_first=True, transpose=False,
+                           bias_order=None):
     has_bias = mha.W_q.bias is not None
     with torch.random.fork_rng(devices=[]):
         layer = nn.MultiheadAttention(mha.d_model, mha.num_heads, bias=has_bias,
@@ -283,7 +292,8 @@ def _wrong_torch_multihead(mha, queries, keys, values, order=("W_q", "W_k", "W_v
         layer.in_proj_weight.copy_(torch.cat([w.T if transpose else w for w in weights]))
         layer.out_proj.weight.copy_(mha.W_o.weight.T if transpose else mha.W_o.weight)
         if has_bias and "in" in biases:  # (PyTorch initialises the biases to 0)
-            layer.in_proj_bias.copy_(torch.cat([getattr(mha, name).bias for name in order]))
+            layer.in_proj_bias.copy_(torch.cat([getattr(mha, name).bias
+                                                for name in bias_order or order]))
         if has_bias and "out" in biases:
             layer.out_proj.bias.copy_(mha.W_o.bias)
     return layer
@@ -327,6 +337,11 @@ _TO_TORCH_MULTIHEAD_MISTAKES = {
     "Your layer stacks the input projections in another order: PyTorch's in_proj_weight holds the "
     "queries' rows first, then the keys', then the values'.": tuple(
         partial(_wrong_torch_multihead, order=order)
+        for order in itertools.permutations(("W_q", "W_k", "W_v"))
+        if order != ("W_q", "W_k", "W_v")),
+    "Your in_proj_bias stacks the biases in another order than the weights: the queries', then "
+    "the keys', then the values'.": tuple(
+        partial(_wrong_torch_multihead, bias_order=order)
         for order in itertools.permutations(("W_q", "W_k", "W_v"))
         if order != ("W_q", "W_k", "W_v")),
     "Your layer's biases are not copied (they stay 0): mha's biases go into in_proj_bias and "

@@ -10,7 +10,7 @@ from functools import partial
 import torch
 
 from .cases import labelled, randn, random_floats, random_sizes, seeded_generator
-from .runner import run_check
+from .runner import Symptom, run_check
 
 __all__ = ['check_laplace_pooling', 'check_loo_error']
 
@@ -47,6 +47,8 @@ def _wrong_laplace_pooling(queries, keys, values, width, kernel="laplace", norma
                "queries": lambda: torch.softmax(scores, dim=0),
                "all": lambda: torch.softmax(scores.flatten(), dim=0).reshape(scores.shape),
                "none": lambda: torch.exp(scores)}[normalise]()
+    if pool == "over the queries":  # each key's value weighted by every query, summed
+        return (weights * values).sum(dim=0)
     return weights @ values if pool else weights
 
 
@@ -73,6 +75,8 @@ _LAPLACE_POOLING_MISTAKES = {
     "itself.": partial(_wrong_laplace_pooling, kernel="width squared"),
     "Your kernel ignores the width: the distances are divided by it, so that a wider kernel "
     "reaches further.": partial(_wrong_laplace_pooling, kernel="no width"),
+    "Your predictions sum over the queries, one per key: each query's prediction is the weighted "
+    "sum of the values over the keys.": partial(_wrong_laplace_pooling, pool="over the queries"),
     "You return the weights (n_q, n_k), not the predictions: each prediction is the weighted "
     "average of the values.": partial(_wrong_laplace_pooling, pool=False),
 }
@@ -127,6 +131,8 @@ def _wrong_loo_error(x, y, width, leave_out="mask", kernel="gaussian", axis=1, e
 
 
 _LOO_ERROR_MISTAKES = {
+    "You return one error per point: the exercise asks for one number, their mean.":
+        Symptom(lambda result, x, y, width: tuple(torch.as_tensor(result).shape) == (len(x),)),
     "Your point i is among its own keys: leave-one-out predicts y_i from the other points only.":
         partial(_wrong_loo_error, leave_out="none"),
     "Your weights leave point i out after the softmax without renormalising: the other points' "

@@ -50,6 +50,23 @@ def _wrong_table(max_len, d, exponent="2j", layout="interleave", first="sin", st
     return P
 
 
+def _other_frequencies(P, max_len, d) -> bool:
+    """Whether the table alternates sin(i w_j) and cos(i w_j), with frequencies w_j other than
+    1 / 10000^(2j/d)."""
+    P = torch.as_tensor(P).double()
+    if tuple(P.shape) != (max_len, d) or max_len < 2:
+        return False
+    i = torch.arange(max_len, dtype=torch.float64)[:, None]
+    if d == 1:  # a sine alone: its angle at position 1 (a small one)
+        w = torch.asin(P[1, :1].clamp(-1, 1))
+    else:  # each pair's angle at position 1, in (-pi, pi]
+        w = torch.atan2(P[1, 0:2 * (d // 2):2], P[1, 1::2])
+    right = 1 / 10000 ** (torch.arange(0, 2 * len(w), 2, dtype=torch.float64) / d)
+    return (not torch.allclose(w, right, atol=1e-5)
+            and torch.allclose(P[:, 0:2 * len(w):2], torch.sin(i * w), atol=1e-4)
+            and (d == 1 or torch.allclose(P[:, 1::2], torch.cos(i * w), atol=1e-4)))
+
+
 _SINUSOIDAL_TABLE_MISTAKES = {
     "Your frequencies use the exponent j/d: pair j (columns 2j and 2j+1) uses 2j/d, the index of "
     "its sine column.": partial(_wrong_table, exponent="j"),
@@ -72,6 +89,8 @@ _SINUSOIDAL_TABLE_MISTAKES = {
     "Your table works for even widths only: with an odd d, the last column is a sine without its "
     "cosine partner, one more sine than cosines.": Symptom(
         lambda result, max_len, d: isinstance(result, Exception) and d % 2 == 1),
+    "Your table alternates sines and cosines, but not at the frequencies 1 / 10000^(2j/d): check "
+    "the base, the exponent, and that the angles are in radians.": Symptom(_other_frequencies),
     "Your table is transposed, (d, max_len): one row per position, (max_len, d), is expected.":
         lambda max_len, d: _wrong_table(max_len, d).T,
 }
@@ -205,7 +224,9 @@ def _wrong_relative_attention(d_model, max_distance, parameters, X, valid_lens, 
     delta = positions[None, :] - positions[:, None]  # (T_q, T_k): key j minus query i
     if offsets == "i - j":
         delta = -delta
-    if clip:
+    if clip == "one short":
+        delta = delta.clamp(-max_distance + 1, max_distance - 1)
+    elif clip:
         delta = delta.clamp(-max_distance, max_distance)
     index = {"unshifted": delta,  # negative offsets wrap around to the end of the table
              "unshifted, clamped": delta.clamp(0, 2 * max_distance)}.get(offsets,
@@ -249,6 +270,8 @@ _RELATIVE_SELF_ATTENTION_MISTAKES = {
     "Your offsets are not clipped to [-max_distance, max_distance]: keys further away than "
     "max_distance share the bias of the largest offset.": (
         Symptom(_raises_where_offsets_exceed), partial(_wrong_relative_attention, clip=False)),
+    "Your offsets are clipped one short: they are clipped to [-max_distance, max_distance], "
+    "both ends included.": partial(_wrong_relative_attention, clip="one short"),
     "Your offsets index relative_bias without the shift by max_distance: entry 0 holds the bias "
     "of offset -max_distance.": (
         partial(_wrong_relative_attention, offsets="unshifted"),

@@ -28,6 +28,8 @@ def _wrong_layer_norm(X, eps=1e-5, dims=(-1,), unbiased=False, eps_at="variance"
     dims = tuple(range(X.dim())) if dims is None else dims
     mean = X.mean(dim=dims, keepdim=True)
     var_dims = dims if variance_dims == "as the mean's" else tuple(range(X.dim()))
+    if variance_dims == "the mean's over everything":  # the mean over all, the variance per vector
+        mean, var_dims = X.mean(), dims
     var = X.var(dim=var_dims, unbiased=unbiased, keepdim=True)
     centred = X - mean if centre else X
     if divide_by == "variance":
@@ -48,7 +50,8 @@ _LAYER_NORM_MISTAKES = {
     "Your statistics are taken over more than the last axis (the whole tensor, or several axes): "
     "each vector gets its own mean and variance, over its last axis.": (
         partial(_wrong_layer_norm, dims=None), partial(_wrong_layer_norm, dims=(-2, -1)),
-        partial(_wrong_layer_norm, variance_dims="all")),
+        partial(_wrong_layer_norm, variance_dims="all"),
+        partial(_wrong_layer_norm, variance_dims="the mean's over everything")),
     "Your eps is added outside the square root: it goes with the variance, sqrt(var + eps).":
         partial(_wrong_layer_norm, eps_at="std"),
     "Your eps is missing: on a constant vector the variance is 0, and eps keeps the division "
@@ -170,7 +173,10 @@ def _wrong_block_step(block, x, cache, enc, src_valid_lens, placement="the block
     argument is a classic mistake."""
 
     def sublayer(add_norm, x, f):
-        pre = add_norm.norm_first if placement == "the block's" else placement == "pre"
+        pre = add_norm.norm_first if placement not in ("pre", "post") else placement == "pre"
+        if placement.startswith("sublayer") and add_norm is getattr(block,
+                                                                   f"add_norm{placement[9]}"):
+            pre = placement.endswith("pre")  # "sublayer n pre" (or post): that one always so
         return x + f(add_norm.norm(x)) if pre else add_norm.norm(x + f(x))
 
     def masked_self_attention(h):
@@ -206,6 +212,10 @@ _CACHED_BLOCK_STEP_MISTAKES = {
     "normalises each sublayer's input, x + f(norm(x)).": _wrong_chunks(placement="post"),
     "Your step normalises as pre-norm whatever the block: a post-norm block normalises the "
     "sum, norm(x + f(x)).": _wrong_chunks(placement="pre"),
+    "Your sublayers do not all follow the block's placement: in a pre-norm block each sublayer "
+    "(self-attention, cross-attention, FFN) normalises its input, in a post-norm block each "
+    "normalises the sum.": tuple(_wrong_chunks(placement=f"sublayer {n} {placed}")
+                                 for n in (1, 2, 3) for placed in ("pre", "post")),
     "Your step never sees the positions of earlier steps: the new keys and values join the "
     "cache, and the new positions attend to all of it.": (_wrong_chunks(store=False),
                                                           _wrong_chunks(read_cache=False)),

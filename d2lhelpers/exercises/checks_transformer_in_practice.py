@@ -49,7 +49,8 @@ def _wrong_smoothing(logits, targets, valid_lens, eps, real_tokens, spread="real
         if not target_in_uniform:  # eps over the real tokens other than the target
             chosen.scatter_(2, targets[..., None], False)
         total = log_p.masked_fill(~chosen, 0.0).sum(dim=-1)  # over the chosen tokens only
-        count = {"R": chosen.sum(dim=-1), "V": torch.full_like(nll, V)}[divide]
+        count = {"R": chosen.sum(dim=-1), "V": torch.full_like(nll, V),
+                 "R - 1": chosen.sum(dim=-1) - 1}[divide]
         uniform = -total / count if uniform_part == "mean" else -total
         keep, smooth = (1 - eps, eps) if weights == "right" else (eps, 1 - eps)
         keep = 1.0 if target_weight == "1" else keep
@@ -71,6 +72,8 @@ _REAL_TOKEN_SMOOTHING_MISTAKES = {
                         partial(_wrong_smoothing, spread="all", log="dense")),
     "Your uniform part divides by V: eps is shared by the R real tokens, so the sum over them is "
     "divided by R.": partial(_wrong_smoothing, divide="V"),
+    "Your uniform part divides by R - 1: eps is shared by the R real tokens, the target included, "
+    "so the sum over them is divided by R.": partial(_wrong_smoothing, divide="R - 1"),
     "Your uniform part is a sum over the real tokens: it is their mean (eps / R each).":
         partial(_wrong_smoothing, uniform_part="sum"),
     "Your log-probabilities are the log of the softmax, which underflows to -inf for a very "
@@ -174,6 +177,8 @@ def _wrong_advance_beams(log_probs, lengths, finished, step_log_probs, eos, alph
     penalty = new_lengths[..., None].to(candidates.dtype) ** (alpha if normalise != "length"
                                                               else 1)
     scores = candidates / penalty if normalise else candidates
+    if normalise == "multiplied":
+        scores = candidates * penalty
     if rank == "by beam":  # each beam keeps its own best token, beams ranked by it
         best_token = scores.argmax(dim=-1)  # (B, k)
         index = torch.arange(k)[None, :] * V + best_token
@@ -244,6 +249,8 @@ _ADVANCE_BEAMS_MISTAKES = {
         _beams(grow="none"),
     "Your candidates are ranked by their total log-probability: they are ranked by log P / "
     "length^alpha.": _beams(normalise=False),
+    "Your scores multiply log P by the length penalty: they divide it by length^alpha.":
+        _beams(normalise="multiplied"),
     "Your scores divide by the length itself: the length penalty divides by the length to the "
     "power alpha.": _beams(normalise="length"),
     "Your new log_probs are the length-normalised scores: the beams keep their total "
