@@ -221,15 +221,18 @@ def test_results_in_another_order_and_a_part_of_a_tuple_are_named():
     assert failure.value.diagnosis is None
 
 
-def test_a_mistake_is_named_from_the_cases_where_the_function_returns_even_if_it_raised_first():
+def test_a_function_that_raises_is_diagnosed_only_by_a_mistake_that_raises_there_too():
     def crashes_on_rows(x):
         if x.shape[0] == 2:
             raise IndexError("the learner's bug")
         return x.softmax(dim=0)
 
-    failure = diagnosis(crashes_on_rows)
+    # the same crash belongs to the mistake: named from the cases where both return
+    failure = diagnosis(crashes_on_rows, mistakes={AXIS: crashes_on_rows})
     assert failure.diagnosis == AXIS and isinstance(failure.learner_error, IndexError)
     assert str(failure).startswith(AXIS + "\nsoftmax raised IndexError: the learner's bug\n  on input a 2x3")
+    # a function making that mistake alone returns where this one raises: not named
+    assert diagnosis(crashes_on_rows).diagnosis is None
 
     def always_crashes(x):
         raise IndexError("nothing to compare")

@@ -87,6 +87,15 @@ def _shaped(got, *shapes) -> bool:
     return isinstance(got, torch.Tensor) and tuple(got.shape) in shapes
 
 
+def _causal_mask(got, B, T) -> bool:
+    """Whether ``got`` is a causal mask of the keys (T, T) or (B, T, T): 1 (or True) where key j
+    <= query i, 0 elsewhere."""
+    if not _shaped(got, (B, T, T), (T, T)):
+        return False
+    seen = torch.ones(T, T).tril()
+    return bool((got.to(torch.float64) == seen.to(torch.float64)).all())
+
+
 _CAUSAL_LENS_MISTAKES = {
     "You return one row of lengths (T_q,): the exercise asks for one row per sequence, "
     "(B, T_q).": Symptom(lambda got, B, T: _shaped(got, (T,))),
@@ -96,7 +105,7 @@ _CAUSAL_LENS_MISTAKES = {
         Symptom(lambda got, B, T: _shaped(got, (B,))),
     "You return a mask of the keys each query sees: the exercise asks for how many keys each "
     "query sees, a valid length per query (B, T_q).":
-        Symptom(lambda got, B, T: _shaped(got, (B, T, T), (T, T))),
+        Symptom(_causal_mask),
     "Your lengths are one short: query i sees keys 0 .. i; does it see itself?":
         lambda B, T: torch.arange(T).expand(B, T),
     "Your lengths are one too long: query i sees keys 0 .. i, and no further.":

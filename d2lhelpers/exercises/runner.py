@@ -399,7 +399,8 @@ class _Diagnosis:
     A wrong reference explains the results when, on every case where both return something, the
     learner's function gives what it gives (compared as the check compares: through
     ``compare_through``, or as they are when that raises for both), and on at least one case that
-    is not the expected result. A case where either raises neither confirms nor contradicts it.
+    is not the expected result. Where only the learner's function raises, it does not make that
+    mistake alone; where the wrong reference raises, the case neither confirms nor contradicts.
     """
 
     def __init__(self, learner_fn, cases, reference, compare_through, atol, rtol, failing,
@@ -431,10 +432,14 @@ class _Diagnosis:
         return not _close(have.seen, want.seen, self.atol, self.rtol)
 
     def _agree(self, have: _Outcome, wrong: _Outcome) -> bool | None:
-        """Whether the learner's function and a wrong reference gave the same on a case; None
-        when one of them raised (nothing to compare)."""
-        if have.error is not None or wrong.error is not None:
+        """Whether the learner's function and a wrong reference gave the same on a case: not if
+        only the learner's function raised (a function making that mistake returns there); None
+        if the wrong reference raised (nothing to compare: a learner's code may be more general
+        than the check's version of the mistake)."""
+        if wrong.error is not None:
             return None
+        if have.error is not None:
+            return False
         if have.seen_error is None and wrong.seen_error is None:
             return _close(have.seen, wrong.seen, self.atol, self.rtol)
         if have.seen_error is not None and wrong.seen_error is not None:
