@@ -667,8 +667,8 @@ def _diagnose(mistakes, learner_fn, cases, reference, compare_through, atol, rto
 
 def _wrap(text: str, indent: str = "") -> str:
     """Each line of ``text`` wrapped to the width of a message (continuations indented), never
-    inside an index or a shape such as (0, 1)."""
-    glued = re.sub(r"\((-?\d+(?:, -?\d+)+,?)\)", lambda m: m[0].replace(" ", "\0"), text)
+    inside a short parenthesis such as an index or a shape, (0, 1) or (B, h, T, d_k)."""
+    glued = re.sub(r"\([^()\s][^()]{0,22}\)", lambda m: m[0].replace(" ", "\0"), text)
     return "\n".join(textwrap.fill(line, _WIDTH, subsequent_indent=indent,
                                    break_long_words=False, break_on_hyphens=False) or line
                      for line in glued.split("\n")).replace("\0", " ")
