@@ -5,17 +5,23 @@ A test file ``test_checks_<topic>.py`` tests the checks of
 (written independently of the check's reference), then the mistakes a learner is likely to make
 (forgetting the mask or the scaling, the wrong axis, the wrong transpose, ...), in a table::
 
-    CHECKS = {"check_x": (right_answer, {"a mistake": (wrong_answer, "what its failure mentions")})}
+    CHECKS = {"check_x": (right_answer, {
+        "a mistake": (wrong_answer, "what its failure mentions", "its diagnosis" or None)})}
 
-and a class ``TestChecks(CheckTests)`` that names the table and the module, which gives every
-check the tests below: a right answer passes; each wrong answer raises ExerciseCheckFailed with a
-message that names the input it failed on and ends with the check's hint; and so on.
+"its diagnosis" is a part of the one sentence of the check's catalogue of mistakes
+(``MODULE.MISTAKES["check_x"]``) that must lead the failure's message, or None when the check
+must not recognise the mistake. A class ``TestChecks(CheckTests)`` names the table and the module,
+which gives every check the tests below: a right answer passes; each wrong answer raises
+ExerciseCheckFailed with a message that names the input it failed on, starts with its diagnosis
+and no other, fits on a screen and ends with the check's hint; every diagnosis of the catalogue is
+the one of some wrong answer; and so on.
 """
 
 from __future__ import annotations
 
 import inspect
 import math
+import re
 
 import pytest
 import torch
@@ -40,7 +46,7 @@ class CheckTests:
             metafunc.parametrize("check", sorted(self.CHECKS))
 
     def test_the_table_holds_every_check_of_the_module(self):
-        assert set(self.CHECKS) == set(self.MODULE.__all__)
+        assert set(self.CHECKS) == set(self.MODULE.__all__) == set(self.MODULE.MISTAKES)
 
     @pytest.mark.parametrize("seed", [0, 1])
     def test_check_passes_a_right_answer(self, check, seed, capsys):
@@ -50,14 +56,53 @@ class CheckTests:
         assert line.startswith("Correct: ") and line.endswith(" checks.\n")
         assert line.count("\n") == 1
 
-    def test_check_fails_a_plausible_wrong_answer_naming_the_input(self, check, mistake, capsys):
-        wrong, must_mention = self.CHECKS[check][1][mistake]
+    def diagnosis_of(self, check, mistake) -> str | None:
+        """The sentence of the catalogue that the table says names ``mistake`` (None: none; a
+        part starting with "~": a sentence of the runner's own, for any exercise)."""
+        part = self.CHECKS[check][1][mistake][2]
+        if part is None or part.startswith("~"):
+            return part
+        sentences = [s for s in self.MODULE.MISTAKES[check] if part in s]
+        assert len(sentences) == 1, f"{part!r} must be part of one sentence, found {sentences}"
+        return sentences[0]
+
+    def test_check_fails_a_plausible_wrong_answer_naming_the_input_and_the_mistake(
+            self, check, mistake, capsys):
+        """The message names the input, starts with the mistake's diagnosis (if the check knows
+        it) and no other, fits on a screen and ends with the hint."""
+        wrong, must_mention, _ = self.CHECKS[check][1][mistake]
         with pytest.raises(ExerciseCheckFailed) as failure:
             getattr(exercises, check)(wrong)
         message = str(failure.value)
-        assert must_mention in message
+        words = " ".join(message.split())  # the message, unwrapped
+        assert must_mention in words
         assert "on input " in message and "\nHint: " in message
         assert "Correct" not in capsys.readouterr().out
+        expected = self.diagnosis_of(check, mistake)
+        if expected is not None and expected.startswith("~"):  # the runner's generic sentence
+            assert expected[1:] in failure.value.diagnosis
+            assert failure.value.diagnosis not in self.MODULE.MISTAKES[check]
+            expected = failure.value.diagnosis
+        assert failure.value.diagnosis == expected
+        if expected is not None:
+            assert words.startswith(" ".join(expected.split()) + " ")
+        assert not [s for s in self.MODULE.MISTAKES[check] if s != expected and s in words]
+        assert message.count("\n") + 1 <= MAX_LINES, message
+        assert max(map(len, message.split("\n"))) <= 100
+
+    def test_every_diagnosis_is_that_of_a_wrong_answer(self, check):
+        named = {self.diagnosis_of(check, mistake) for mistake in self.CHECKS[check][1]}
+        named = {s for s in named if s is None or not s.startswith("~")}
+        assert set(self.MODULE.MISTAKES[check]) <= named
+
+    def test_the_values_are_shown_in_full_on_request(self, check):
+        wrong = next(iter(self.CHECKS[check][1].values()))[0]
+        with pytest.raises(ExerciseCheckFailed) as failure:
+            getattr(exercises, check)(wrong)
+        with pytest.raises(ExerciseCheckFailed) as full:
+            getattr(exercises, check)(wrong, verbose=True)
+        assert str(full.value) == failure.value.details == full.value.details
+        assert "verbose=True" in str(failure.value) and "verbose=True" not in str(full.value)
 
     def test_a_stub_is_reported_as_not_implemented(self, check):
         def stub(*args):
@@ -76,24 +121,31 @@ class CheckTests:
     def test_every_check_gives_its_hints_in_steps(self, check):
         """A nudge by default; with hint=2 a second, more specific step."""
         function = getattr(exercises, check)
-        assert list(inspect.signature(function).parameters)[1:] == ["seed", "hint"]
+        parameters = inspect.signature(function).parameters
+        assert list(parameters)[1:] == ["seed", "hint", "verbose"]
+        assert parameters["verbose"].kind == inspect.Parameter.KEYWORD_ONLY
         messages = []
         for hint in (1, 2):
             with pytest.raises(ExerciseCheckFailed) as failure:
                 function(lambda *args: None, hint=hint)
             messages.append(str(failure.value))
-        nudge = messages[0].split("\nHint: ", 1)[1].split("\n")[0]
-        assert nudge and messages[0].endswith("run the check again with hint=2.)")
+        nudge = re.search(r"\nHint: (.*?)\n\(For ", messages[0], re.DOTALL).group(1)
+        assert nudge and messages[0].endswith("run the check again with hint=2; for the values in "
+                                              "full, verbose=True.)")
         assert f"\nHint: {nudge}\nHint 2: " in messages[1]
+
+
+MAX_LINES = 15  # a failure's message, by default: about a screen
 
 
 def attention_weights(scores, valid_lens, fill="package"):
     """The softmax of scores (..., T_q, T_k) over the keys each query may see, as a learner
     writes it: no mask when valid_lens is None; d2lh.masked_softmax (fill="package": a row with
-    no valid key stays 0); or -inf in masked places (fill="-inf": such a row becomes NaN)."""
+    no valid key stays 0); or a number in masked places (fill="-inf": such a row becomes NaN;
+    fill="-1e9": it becomes uniform)."""
     if valid_lens is None:
         return torch.softmax(scores, dim=-1)
     if fill == "package":
         return d2lh.masked_softmax(scores, valid_lens)
     allowed = d2lh.valid_lens_to_mask(valid_lens, scores.shape[-2], scores.shape[-1])
-    return torch.softmax(scores.masked_fill(~allowed, -math.inf), dim=-1)
+    return torch.softmax(scores.masked_fill(~allowed, float(fill)), dim=-1)

@@ -29,21 +29,92 @@ def laplace_weights(q, k, w, dim=1):
     return torch.softmax(-(q[:, None] - k).abs() / w, dim=dim)
 
 
+def laplace_kernel_pooling(q, k, v, w, kernel):
+    """Pooling with weights proportional to kernel(q_i - k_j), normalised over the keys."""
+    K = kernel(q[:, None] - k[None, :])
+    return (K / K.sum(dim=1, keepdim=True)) @ v
+
+
+def loo_by_loop(x, y, width, reduce=lambda errors: sum(errors) / len(errors)):
+    """Leave-one-out error point by point, as a learner may write it."""
+    errors = []
+    for i in range(len(x)):
+        others = torch.arange(len(x)) != i
+        weights = torch.softmax(-((x[i] - x[others]) / width) ** 2 / 2, dim=0)
+        errors.append(((weights * y[others]).sum() - y[i]) ** 2)
+    return float(reduce(errors))
+
+
 CHECKS = {
     "check_laplace_pooling": (laplace_pooling, {
         "Gaussian instead of Laplace": (
             lambda q, k, v, w: torch.softmax(-((q[:, None] - k) / w) ** 2, dim=1) @ v,
-            "values differ"),
+            "differ", "squares the distance"),
         "normalised over the queries": (
-            lambda q, k, v, w: laplace_weights(q, k, w, dim=0) @ v, "values differ"),
+            lambda q, k, v, w: laplace_weights(q, k, w, dim=0) @ v, "differ",
+            "normalised over the queries"),
+        "normalised over the whole matrix": (
+            lambda q, k, v, w: (lambda K: K / K.sum() @ v)(torch.exp(-(q[:, None] - k).abs() / w)),
+            "differ", "whole matrix"),
         "not normalised": (
-            lambda q, k, v, w: torch.exp(-(q[:, None] - k).abs() / w) @ v, "values differ"),
+            lambda q, k, v, w: torch.exp(-(q[:, None] - k).abs() / w) @ v, "differ",
+            "not normalised"),
+        "width multiplies": (
+            lambda q, k, v, w: laplace_kernel_pooling(q, k, v, w, lambda d: torch.exp(-d.abs() * w)),
+            "differ", "multiplied by the width"),
+        "minus sign forgotten": (
+            lambda q, k, v, w: laplace_kernel_pooling(q, k, v, w, lambda d: torch.exp(d.abs() / w)),
+            "differ", "minus sign"),
+        "absolute value forgotten": (
+            lambda q, k, v, w: laplace_kernel_pooling(q, k, v, w, lambda d: torch.exp(-d / w)),
+            "differ", "signed distance"),
+        "width ignored": (
+            lambda q, k, v, w: laplace_kernel_pooling(q, k, v, w, lambda d: torch.exp(-d.abs())),
+            "differ", "ignores the width"),
+        "width squared": (
+            lambda q, k, v, w: laplace_kernel_pooling(q, k, v, w,
+                                                      lambda d: torch.exp(-d.abs() / w ** 2)),
+            "differ", "width squared"),
+        "pooled over the queries": (lambda q, k, v, w: (laplace_weights(q, k, w) * v).sum(0),
+                                    "on input", "sum over the queries"),
+        "the weights returned": (lambda q, k, v, w: laplace_weights(q, k, w), "expected shape",
+                                 "return the weights"),
+        "each value weighted by the query's distance to the mean key": (
+            lambda q, k, v, w: torch.exp(-(q - k.mean()).abs() / w) * v.mean(), "on input", None),
     }),
     "check_loo_error": (loo_error, {
         "the point among its own keys": (
-            lambda x, y, w: loo_error(x, y, w, leave_out=False), "expected"),
-        "width not squared": (lambda x, y, w: loo_error(x, y, w, square_width=False), "expected"),
-        "sum instead of mean": (lambda x, y, w: loo_error(x, y, w, reduce=torch.sum), "expected"),
+            lambda x, y, w: loo_error(x, y, w, leave_out=False), "expected", "among its own keys"),
+        "its weight zeroed after the softmax": (
+            lambda x, y, w: ((torch.softmax(-((x[:, None] - x) / w) ** 2 / 2, dim=1)
+                              * (1 - torch.eye(len(x)))) @ y - y).pow(2).mean().item(),
+            "expected", "without renormalising"),
+        "width not squared": (lambda x, y, w: loo_error(x, y, w, square_width=False), "expected",
+                              "not by the width squared"),
+        "no 1/2": (lambda x, y, w: loo_error(x, y, w / 2 ** 0.5), "expected",
+                   "factor 1/2"),
+        "the Laplace kernel": (
+            lambda x, y, w: ((torch.softmax((-(x[:, None] - x).abs() / w).fill_diagonal_(-math.inf),
+                                            dim=1) @ y - y) ** 2).mean().item(),
+            "expected", "Laplace kernel"),
+        "softmax over the queries": (
+            lambda x, y, w: ((torch.softmax((-((x[:, None] - x) / w) ** 2 / 2).fill_diagonal_(
+                -math.inf), dim=0) @ y - y) ** 2).mean().item(), "expected", "over the queries"),
+        "sum instead of mean": (lambda x, y, w: loo_error(x, y, w, reduce=torch.sum), "expected",
+                                "a sum over the points"),
+        "divided by n - 1": (lambda x, y, w: loo_by_loop(x, y, w, lambda e: sum(e) / (len(e) - 1)),
+                             "expected", "n - 1"),
+        "the mean error, not squared": (
+            lambda x, y, w: (torch.softmax((-((x[:, None] - x) / w) ** 2 / 2).fill_diagonal_(
+                -math.inf), dim=1) @ y - y).mean().item(), "expected", "not squared"),
+        "the squared errors, not their mean": (
+            lambda x, y, w: (torch.softmax((-((x[:, None] - x) / w) ** 2 / 2).fill_diagonal_(
+                -math.inf), dim=1) @ y - y) ** 2, "expected", "one error per point"),
+        "root mean squared error": (lambda x, y, w: loo_by_loop(x, y, w) ** 0.5, "expected",
+                                    "root of the mean"),
+        "mean absolute error": (
+            lambda x, y, w: loo_by_loop(x, y, w, lambda e: sum(v.sqrt() for v in e) / len(e)),
+            "expected", "mean absolute error"),
     }),
 }
 
@@ -55,3 +126,8 @@ class TestChecks(CheckTests):
 def test_reference_of_laplace_pooling_is_the_kernel_definition():
     # Laplace pooling: the softmax form equals the kernel definition
     exercises.check_laplace_pooling(laplace_pooling)
+
+
+def test_the_loop_of_the_wrong_answers_is_right(capsys):
+    exercises.check_loo_error(loo_by_loop)
+    assert capsys.readouterr().out.startswith("Correct")

@@ -18,15 +18,28 @@ from d2lhelpers.exercises.checks_positional_encoding import (_ReferenceRelativeA
 from d2lhelpers.exercises.checks_positional_encoding import _shift_matrix as shift_matrix_reference
 
 
-def sinusoidal_table(max_len, d, exponent=2, layout="interleave"):
-    i = torch.arange(max_len, dtype=torch.float64)[:, None]
+def sinusoidal_table(max_len, d, exponent=2, layout="interleave", first=torch.sin,
+                     second=torch.cos, start=0, degrees=False):
+    i = torch.arange(start, start + max_len, dtype=torch.float64)[:, None]
     j = torch.arange((d + 1) // 2, dtype=torch.float64)
     angles = i / 10000 ** (exponent * j / d)  # (max_len, ceil(d/2))
+    if degrees:
+        angles = torch.deg2rad(angles)
     if layout == "halves":  # sines in the first half, cosines in the second
-        return torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)[:, :d]
+        return torch.cat([first(angles), second(angles)], dim=1)[:, :d]
     P = torch.empty(max_len, d, dtype=torch.float64)
-    P[:, 0::2] = torch.sin(angles)
-    P[:, 1::2] = torch.cos(angles[:, : d // 2])
+    P[:, 0::2] = first(angles)
+    P[:, 1::2] = second(angles[:, : d // 2])
+    return P
+
+
+def table_by_columns(max_len, d, exponent_of):
+    """The table column by column, as a learner may write it: column k uses exponent_of(k)."""
+    P = torch.zeros(max_len, d, dtype=torch.float64)
+    i = torch.arange(max_len, dtype=torch.float64)
+    for k in range(d):
+        angle = i / 10000 ** (exponent_of(k) / d)
+        P[:, k] = torch.sin(angle) if k % 2 == 0 else torch.cos(angle)
     return P
 
 
@@ -37,18 +50,27 @@ def even_only_table(max_len, d):  # the notebook's section 3 code, which needs a
     return P
 
 
-def shift_matrix(delta, d, sign=1, exponent=2):
+def shift_matrix(delta, d, sign=1, exponent=2, angle_of=lambda delta, omega: delta * omega):
     M = torch.zeros(d, d, dtype=torch.float64)
     for j in range(d // 2):
-        angle = torch.tensor(delta / 10000 ** (exponent * j / d), dtype=torch.float64)
+        angle = torch.tensor(angle_of(delta, 1 / 10000 ** (exponent * j / d)), dtype=torch.float64)
         c, s = torch.cos(angle), sign * torch.sin(angle)
         block = torch.stack([torch.stack([c, s]), torch.stack([-s, c])])  # (2, 2)
         M[2 * j: 2 * j + 2, 2 * j: 2 * j + 2] = block
     return M
 
 
+def overlapping_blocks(delta, d):
+    """Block j written at rows and columns j, j+1 instead of 2j, 2j+1: the blocks overlap."""
+    M, right = torch.zeros(d, d, dtype=torch.float64), shift_matrix(delta, d)
+    for j in range(d // 2):
+        M[j:j + 2, j:j + 2] = right[2 * j:2 * j + 2, 2 * j:2 * j + 2]
+    return M
+
+
 def relative_self_attention(sign=1, clip=True, bias_at="scores", scale_bias=False, mask=True,
-                            fill="package"):
+                            fill="package", shift=True, scale=True, softmax_dim=-1,
+                            keep_transposed=False):
     """Notebook 05's RelativeSelfAttention, right by default; each argument names a mistake."""
 
     class RelativeSelfAttention(nn.Module):
@@ -64,18 +86,29 @@ def relative_self_attention(sign=1, clip=True, bias_at="scores", scale_bias=Fals
             T, d = X.shape[1], X.shape[2]
             positions = torch.arange(T)
             offsets = sign * (positions[None, :] - positions[:, None])  # right: key minus query
-            if clip:
+            if clip == "one short":
+                offsets = offsets.clamp(-self.max_distance + 1, self.max_distance - 1)
+            elif clip:
                 offsets = offsets.clamp(-self.max_distance, self.max_distance)
-            bias = self.relative_bias[offsets + self.max_distance]  # (T, T)
+            bias = self.relative_bias[offsets + self.max_distance if shift else offsets]  # (T, T)
             scores = self.W_q(X) @ self.W_k(X).transpose(1, 2)
+            root = {True: math.sqrt(d), False: 1.0, "T": math.sqrt(T), "d": d}[scale]
             if bias_at == "scores":
-                scores = (scores + bias) / math.sqrt(d) if scale_bias else scores / math.sqrt(d) + bias
+                scores = (scores + bias) / root if scale_bias else scores / root + bias
             else:
-                scores = scores / math.sqrt(d)
-            weights = attention_weights(scores, valid_lens if mask else None, fill)
+                scores = scores / root
+            if fill == "after" and valid_lens is not None:  # zeroed after the softmax
+                weights = torch.softmax(scores, -1) * d2lh.valid_lens_to_mask(valid_lens, T, T)
+            elif softmax_dim == -1:
+                weights = attention_weights(scores, valid_lens if mask else None,
+                                            "package" if fill == "after" else fill)
+            else:
+                allowed = (torch.ones_like(scores, dtype=torch.bool) if valid_lens is None
+                           else d2lh.valid_lens_to_mask(valid_lens, T, T))
+                weights = torch.softmax(scores.masked_fill(~allowed, -math.inf), dim=softmax_dim)
             if bias_at == "weights":
                 weights = weights + bias
-            self.attention_weights = weights
+            self.attention_weights = weights.transpose(1, 2) if keep_transposed else weights
             return weights @ self.W_v(X)
 
     return RelativeSelfAttention
@@ -84,28 +117,85 @@ def relative_self_attention(sign=1, clip=True, bias_at="scores", scale_bias=Fals
 CHECKS = {
     "check_sinusoidal_table": (sinusoidal_table, {
         "exponent j/d instead of 2j/d": (
-            lambda n, d: sinusoidal_table(n, d, exponent=1), "values differ"),
+            lambda n, d: sinusoidal_table(n, d, exponent=1), "differ", "exponent j/d"),
+        "exponent 4j/d": (lambda n, d: table_by_columns(n, d, lambda k: 2 * (k - k % 2)), "differ",
+                          "exponent 4j/d"),
+        "positions multiplied": (lambda n, d: sinusoidal_table(n, d, exponent=-2), "differ",
+                                 "multiplied by 10000"),
         "sines then cosines": (
-            lambda n, d: sinusoidal_table(n, d, layout="halves"), "values differ"),
-        "even widths only": (even_only_table, "an odd width"),
+            lambda n, d: sinusoidal_table(n, d, layout="halves"), "differ", "all the sines first"),
+        "cosines first": (lambda n, d: sinusoidal_table(n, d, first=torch.cos, second=torch.sin),
+                          "differ", "cosines in the even columns"),
+        "each column its own exponent": (lambda n, d: table_by_columns(n, d, lambda k: k),
+                                         "differ", "their own index"),
+        "positions from 1": (lambda n, d: sinusoidal_table(n, d, start=1), "differ", "start at 1"),
+        "the last column of an odd width left 0": (
+            lambda n, d: sinusoidal_table(n, d) * (torch.arange(d) < d - d % 2),
+            "an odd width", "is 0"),
+        "even widths only": (even_only_table, "an odd width", "even widths only"),
+        "transposed": (lambda n, d: sinusoidal_table(n, d).T, "expected shape", "transposed"),
+        "angles in degrees": (lambda n, d: sinusoidal_table(n, d, degrees=True), "differ",
+                              "not at the frequencies"),
     }),
     "check_shift_matrix": (shift_matrix, {
         "rotation transposed (shifts back)": (
-            lambda delta, d: shift_matrix(delta, d, sign=-1), "values differ"),
+            lambda delta, d: shift_matrix(delta, d, sign=-1), "differ", "rotate the other way"),
         "frequency exponent j/d": (
-            lambda delta, d: shift_matrix(delta, d, exponent=1), "values differ"),
+            lambda delta, d: shift_matrix(delta, d, exponent=1), "differ", "exponent j/d"),
+        "frequency exponent 4j/d": (
+            lambda delta, d: shift_matrix(delta, d, exponent=4), "differ", "exponent 4j/d"),
+        "frequencies inverted": (
+            lambda delta, d: shift_matrix(delta, d, exponent=-2), "differ", "grow with j"),
+        "delta forgotten": (lambda delta, d: shift_matrix(delta, d, angle_of=lambda dl, w: w),
+                            "differ", "omega_j alone"),
+        "omega forgotten": (lambda delta, d: shift_matrix(delta, d, angle_of=lambda dl, w: dl),
+                            "differ", "all turn by delta"),
+        "|delta|": (lambda delta, d: shift_matrix(abs(delta), d), "a negative offset",
+                    "sign of delta"),
+        "blocks placed at [j, j], overlapping": (overlapping_blocks, "differ", None),
+        "entries between the pairs": (
+            lambda delta, d: shift_matrix(delta, d) + 0.1 * (torch.arange(d)[:, None] // 2
+                                                             != torch.arange(d)[None, :] // 2),
+            "differ", "outside the 2x2 blocks"),
+        "the identity": (lambda delta, d: torch.eye(d), "differ", None),
+        "the blocks, not the matrix": (
+            lambda delta, d: torch.stack([shift_matrix(delta, d)[2 * j:2 * j + 2, 2 * j:2 * j + 2]
+                                          for j in range(d // 2)]), "expected shape",
+            "You return the blocks"),
     }),
     # The learner's class is the answer: the check builds it and copies seeded weights into it.
     "check_relative_self_attention": (relative_self_attention(), {
-        "offset i - j instead of j - i": (relative_self_attention(sign=-1), "values differ"),
-        "offsets not clipped": (relative_self_attention(clip=False), "raised IndexError"),
+        "offset i - j instead of j - i": (relative_self_attention(sign=-1), "differ", "i - j"),
+        "offsets not clipped": (relative_self_attention(clip=False), "raised IndexError",
+                                "not clipped"),
+        "offsets clipped one short": (relative_self_attention(clip="one short"), "differ",
+                                      "clipped one short"),
+        "offsets not shifted": (relative_self_attention(shift=False), "differ",
+                                "without the shift"),
         "bias added to the weights": (
-            relative_self_attention(bias_at="weights"), "offsets beyond max_distance"),
-        "bias forgotten": (relative_self_attention(bias_at="none"), "values differ"),
-        "bias divided by sqrt(d) too": (relative_self_attention(scale_bias=True), "values differ"),
-        "mask forgotten": (relative_self_attention(mask=False), "valid_lens (B,)"),
+            relative_self_attention(bias_at="weights"), "offsets beyond max_distance",
+            "added to the weights"),
+        "bias forgotten": (relative_self_attention(bias_at="none"), "differ", "no relative bias"),
+        "bias divided by sqrt(d) too": (relative_self_attention(scale_bias=True), "differ",
+                                        "with the scores"),
+        "not scaled": (relative_self_attention(scale=False), "differ", "not scaled"),
+        "scaled by d": (relative_self_attention(scale="d"), "differ", "d_model itself"),
+        "the padding zeroed after the softmax": (relative_self_attention(fill="after"),
+                                                 "valid_lens (B,)", "zeroed on the padding"),
+        "scaled by the number of tokens": (relative_self_attention(scale="T"), "differ",
+                                           "number of tokens"),
+        "mask forgotten": (relative_self_attention(mask=False), "valid_lens (B,)",
+                           "ignore valid_lens"),
         "-inf fill, NaN in an empty row": (relative_self_attention(fill="-inf"),
-                                           "the result holds NaN"),
+                                           "the result holds NaN", "hold NaN"),
+        "softmax over the queries": (relative_self_attention(softmax_dim=1), "differ",
+                                     "over the queries"),
+        "-1e9 fill: an empty row uniform": (relative_self_attention(fill="-1e9"),
+                                            "a sequence with valid length 0", "finite fill"),
+        "weights kept transposed": (relative_self_attention(keep_transposed=True),
+                                    "result 1 of the tuple", "attention_weights are transposed"),
+        "the offsets clipped but the bias forgotten and the weights over the queries": (
+            relative_self_attention(bias_at="none", softmax_dim=1), "differ", None),
     }),
 }
 

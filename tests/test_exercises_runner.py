@@ -3,8 +3,10 @@
 the learner's frames and no line of the checking code, and check_afresh grades with a copy of
 the checks that no patch in the notebook reaches."""
 
+import math
 import pathlib
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -13,7 +15,7 @@ import torch
 import d2lhelpers as d2lh
 import exercise_authoring as authoring
 from d2lhelpers import exercises
-from d2lhelpers.exercises import ExerciseCheckFailed, run_check
+from d2lhelpers.exercises import ExerciseCheckFailed, Symptom, run_check
 from d2lhelpers.exercises.runner import check_afresh
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -39,17 +41,59 @@ def test_run_check_shows_the_input_and_the_learners_own_value_against_the_expect
     with pytest.raises(ExerciseCheckFailed) as failure:
         run_check("softmax", lambda x: x.softmax(dim=0), CASES, reference, hints=HINTS)
     message = str(failure.value)
-    assert "on input a 2x3 matrix: values differ: at index (1, 0) expected 0.0900306, got 0.952574.\n" in message
+    assert message.startswith("softmax is not right yet on input a 2x3 matrix: 6 of 6 values differ; "
+                              "the largest difference at\nindex (1, 0): expected 0.0900306, got "
+                              "0.952574.\n")
+    assert "(0,\n" not in message
+    assert "\n  input:    x=tensor (2, 3) float32: [[0, 1, 2], [3, 4, 5]]\n" in message
+    assert "\n  expected: tensor (2, 3) float32: [[0.09003, 0.2447, 0.6652], [0.09003, 0.2447, 0.6652]]\n" in message
+    assert "\n  got:      tensor (2, 3) float32: [[0.04743, 0.04743, 0.04743], [0.9526, 0.9526, 0.9526]]\n" in message
+    assert failure.value.diagnosis is None
+
+
+def test_the_full_values_are_shown_on_request_and_kept_on_the_error():
+    with pytest.raises(ExerciseCheckFailed) as failure:
+        run_check("softmax", lambda x: x.softmax(dim=0), CASES, reference, hints=HINTS)
+    with pytest.raises(ExerciseCheckFailed) as full:
+        run_check("softmax", lambda x: x.softmax(dim=0), CASES, reference, hints=HINTS, verbose=True)
+    message = str(full.value)
+    assert message == failure.value.details == full.value.details
     assert "input:    (tensor of shape (2, 3), dtype torch.float32:\n[[0. 1. 2.]\n [3. 4. 5.]])" in message
     assert "expected: tensor of shape (2, 3), dtype torch.float32:\n[[0.09   0.2447 0.6652]" in message
     assert "got:      tensor of shape (2, 3), dtype torch.float32:\n[[0.0474 0.0474 0.0474]" in message
+    assert message.endswith("\n(For a more specific hint, run the check again with hint=2.)")
 
 
-def test_large_values_are_shown_summarised_not_as_a_bare_shape():
+def test_large_values_are_summarised_where_they_differ_and_fit_on_a_screen():
     with pytest.raises(ExerciseCheckFailed) as failure:
         run_check("double", lambda x: 3 * x, [("400 numbers", (torch.arange(400.0),))], lambda x: 2 * x)
     message = str(failure.value)
-    assert "got:      tensor of shape (400,), dtype torch.float32:\n[   0.    3.    6. ... 1191. 1194. 1197.]" in message
+    assert "399 of 400 values differ; the largest difference at\nindex (399,): expected 798, got 1197." in message
+    assert "\n  got:      tensor (400,) float32: [0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30, ...] (flattened)\n" in message
+    assert message.count("\n") + 1 <= 15 and max(map(len, message.split("\n"))) <= 100
+    with pytest.raises(ExerciseCheckFailed) as full:
+        run_check("double", lambda x: 3 * x, [("400 numbers", (torch.arange(400.0),))], lambda x: 2 * x,
+                  verbose=True)
+    assert "got:      tensor of shape (400,), dtype torch.float32:\n[   0.    3.    6. ... 1191. 1194. 1197.]" in str(full.value)
+
+
+def test_one_value_that_differs_is_named_with_its_place_and_an_infinity_is_no_nan():
+    mask = [("T=2", (2,))]
+    with pytest.raises(ExerciseCheckFailed) as failure:  # -inf is what a mask holds: no "NaN"
+        run_check("mask", lambda T: torch.full((T, T), -math.inf).triu(0), mask,
+                  lambda T: torch.full((T, T), -math.inf).triu(1))
+    message = " ".join(str(failure.value).split())
+    assert "2 of 4 values differ; the largest difference at index (0, 0): expected 0, got -inf." in message
+    assert "NaN" not in message
+    with pytest.raises(ExerciseCheckFailed, match=r"1 of 4 values differs, at index \(1, 0\): "
+                                                 r"expected 0, got 1\."):
+        run_check("mask", lambda T: torch.full((T, T), -math.inf).triu(1) + torch.tensor([[0.0, 0],
+                                                                                      [1, 0]]),
+                  mask, lambda T: torch.full((T, T), -math.inf).triu(1))
+    with pytest.raises(ExerciseCheckFailed, match=r"the result holds NaN at 1 of 4 places \(the first "
+                                                 r"at index\s\(0, 1\), where -inf was expected\)"):
+        run_check("mask", lambda T: torch.full((T, T), math.nan).triu(1), mask,
+                  lambda T: torch.full((T, T), -math.inf).triu(1))
 
 
 def test_hints_nudge_first_and_tell_only_on_request():
@@ -59,16 +103,13 @@ def test_hints_nudge_first_and_tell_only_on_request():
         return str(caught.value)
 
     assert failure(1).endswith("\nHint: which axis?\n(For a more specific hint, run the check again "
-                               "with hint=2.)")
-    assert failure(2).endswith("\nHint: which axis?\nHint 2: the last one: dim=-1")
-    assert failure(5).endswith("\nHint 2: the last one: dim=-1")
-    assert failure(0).endswith("values differ: at index (1, 0) expected 0.0900306, got 0.952574.\n"
-                               "  input:    (tensor of shape (2, 3), dtype torch.float32:\n"
-                               "[[0. 1. 2.]\n [3. 4. 5.]])\n  expected: tensor of shape (2, 3), "
-                               "dtype torch.float32:\n[[0.09   0.2447 0.6652]\n [0.09   0.2447 "
-                               "0.6652]]\n  got:      tensor of shape (2, 3), dtype torch.float32:"
-                               "\n[[0.0474 0.0474 0.0474]\n [0.9526 0.9526 0.9526]]\n(For a hint, "
-                               "run the check again with hint=1.)")
+                               "with hint=2; for the values in full, verbose=True.)")
+    assert failure(2).endswith("\nHint: which axis?\nHint 2: the last one: dim=-1\n(For the values "
+                               "in full, run the check again with verbose=True.)")
+    assert failure(5).endswith("\nHint 2: the last one: dim=-1\n(For the values in full, run the "
+                               "check again with verbose=True.)")
+    assert failure(0).endswith("[0.9526, 0.9526, 0.9526]]\n(For a hint, run the check again with "
+                               "hint=1; for the values in full, verbose=True.)")
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="hint must be a whole number >= 0"):
             run_check("softmax", reference, CASES, reference, hints=HINTS, hint=bad)
@@ -82,15 +123,168 @@ def test_a_check_compared_through_a_function_shows_the_learners_own_value():
     with pytest.raises(ExerciseCheckFailed) as failure:
         run_check("lens", lambda B, T: torch.arange(T).expand(B, T), lengths, expected,
                   compare_through=through)
-    message = str(failure.value)
-    assert ("what it returned, passed to d2lh.masked_softmax as valid lengths, does not give the "
-            "expected result: values differ: at index (0, 0, 0) expected 1, got 0") in message
-    assert "expected: tensor of shape (1, 3), dtype torch.int64:\n[[1 2 3]]" in message
-    assert "got:      tensor of shape (1, 3), dtype torch.int64:\n[[0 1 2]]" in message
+    message = " ".join(str(failure.value).split())
+    # the index points into the lengths the message shows, not into the weights they give
+    assert ("3 of 3 values differ; the largest difference at index (0, 0): expected 1, got 0 (and "
+            "passed to d2lh.masked_softmax as valid lengths, it gives other results)") in message
+    assert "expected: tensor (1, 3) int64: [[1, 2, 3]]" in message
+    assert "got: tensor (1, 3) int64: [[0, 1, 2]]" in message
     with pytest.raises(ExerciseCheckFailed, match="what it returned raised ValueError when passed"):
         run_check("lens", lambda B, T: torch.arange(T + 1), lengths, expected, compare_through=through)
     run_check("lens", lambda B, T: torch.arange(1, T + 1, dtype=torch.int32).expand(B, T),
               lengths, expected, compare_through=through)
+    layer = [("a layer", (torch.ones(2, 3),))]
+    with pytest.raises(ExerciseCheckFailed) as failure:  # results that are not values
+        run_check("layer", lambda x: torch.nn.Identity(), layer, lambda x: torch.nn.Softmax(-1),
+                  compare_through=("applied to x", lambda f, x: f(x)))
+    assert ("what it returned, applied to x, does not give the expected result: 6 of 6 values "
+            "differ in what it gives;") in " ".join(str(failure.value).split())
+
+
+# Naming the mistake ----------------------------------------------------------------------------
+
+SIZES = [("a 2x3 matrix", (torch.arange(6.0).reshape(2, 3),)),
+         ("a 3x3 matrix", (torch.tensor([[0.3, -1.2, 2.0], [1.1, 0.4, -0.7], [-0.5, 0.9, 0.2]]),)),
+         ("a row", (torch.tensor([[1.0, -1.0, 0.5, 2.0]]),))]
+AXIS = "Your weights sum to 1 down each column: which axis does your softmax normalise?"
+MISTAKES = {
+    AXIS: lambda x: x.softmax(dim=0),
+    "Your weights are not normalised.": lambda x: x.exp(),
+    "Your weights are the sigmoid of the scores, or twice them.": (lambda x: x.sigmoid(),
+                                                                  lambda x: 2 * x),
+    "Your weights are negative somewhere.": Symptom(lambda got, x: bool((got < 0).any())),
+}
+
+
+def diagnosis(learner, mistakes=MISTAKES, cases=SIZES, **kwargs):
+    with pytest.raises(ExerciseCheckFailed) as failure:
+        run_check("softmax", learner, cases, reference, hints=HINTS, mistakes=mistakes, **kwargs)
+    return failure.value
+
+
+def test_a_known_mistake_is_named_first_in_its_own_sentence():
+    failure = diagnosis(lambda x: x.softmax(dim=0))
+    assert failure.diagnosis == AXIS
+    assert str(failure).startswith(AXIS + "\nsoftmax is not right yet on input a 2x3 matrix: ")
+    assert diagnosis(lambda x: torch.exp(x)).diagnosis == "Your weights are not normalised."
+    assert diagnosis(lambda x: x + x).diagnosis.startswith("Your weights are the sigmoid")  # a variant
+    assert diagnosis(lambda x: -x.softmax(dim=-1)).diagnosis == "Your weights are negative somewhere."
+
+
+def test_a_mistake_is_named_only_if_it_explains_every_case():
+    # right on the first case, like the softmax over the columns on the second only: no name
+    def half_wrong(x):
+        return x.softmax(dim=0) if x.shape[0] == 3 else x.softmax(dim=-1)
+
+    failure = diagnosis(half_wrong)
+    assert failure.diagnosis is None and str(failure).startswith("softmax is not right yet on input a 3x3")
+    # the axis mistake, and another one on the last case
+    assert diagnosis(lambda x: x.softmax(dim=0) * (1 if x.shape[0] > 1 else 3)).diagnosis is None
+    # a symptom must show on every case that fails
+    assert diagnosis(lambda x: x.softmax(dim=-1) - (x.shape[0] == 3)).diagnosis is None
+    # no catalogue, or a mistake it does not hold: today's message
+    assert diagnosis(lambda x: x.softmax(dim=0), mistakes=None).diagnosis is None
+    assert diagnosis(lambda x: x.softmax(dim=-1) ** 2).diagnosis is None
+
+
+@pytest.mark.parametrize("learner, sentence", [
+    (lambda x: 2 * x.softmax(dim=-1), "Your result is the expected one times a constant (2 here)"),
+    (lambda x: x.softmax(dim=-1) + 0.5, "Your result is the expected one plus a constant (0.5 here)"),
+    (lambda x: x.softmax(dim=-1)[..., None], "Your result holds the expected values, in the shape "
+                                             "(2, 3, 1) instead of (2, 3)"),
+    (lambda x: x.softmax(dim=-1).T, "Your result is the expected one with its last two axes swapped"),
+    (lambda x: x.softmax(dim=-1).tolist(), "Your result holds the expected values, as a list: "
+                                           "return a tensor."),
+])
+def test_what_a_result_shares_with_the_expected_one_is_named_for_any_exercise(learner, sentence):
+    failure = diagnosis(learner, mistakes=None)
+    assert failure.diagnosis.startswith(sentence)
+    assert " ".join(str(failure).split()).startswith(sentence)
+    # a mistake of the catalogue comes first
+    assert diagnosis(learner, mistakes={"Known.": learner}).diagnosis == "Known."
+
+
+def test_results_in_another_order_and_a_part_of_a_tuple_are_named():
+    cases = [("a 2x3 matrix", (torch.arange(6.0).reshape(2, 3),))]
+    both = lambda x: (x.softmax(dim=-1), x.sum(dim=0))
+    with pytest.raises(ExerciseCheckFailed) as failure:
+        run_check("pair", lambda x: both(x)[::-1], cases, both)
+    assert failure.value.diagnosis == ("Your results are the expected ones in another order (result 0 "
+                                       "at place 1, result 1 at place 0).")
+    with pytest.raises(ExerciseCheckFailed) as failure:
+        run_check("pair", lambda x: (x.softmax(dim=-1), 3 * x.sum(dim=0)), cases, both)
+    assert failure.value.diagnosis.startswith("Result 1: your result is the expected one times a "
+                                              "constant (3 here)")
+    # one number is always a factor times another: that alone names nothing
+    with pytest.raises(ExerciseCheckFailed) as failure:
+        run_check("total", lambda x: 3 * x.sum(), cases, lambda x: x.sum())
+    assert failure.value.diagnosis is None
+
+
+def test_a_function_that_raises_is_diagnosed_only_by_a_mistake_that_raises_there_too():
+    def crashes_on_rows(x):
+        if x.shape[0] == 2:
+            raise IndexError("the learner's bug")
+        return x.softmax(dim=0)
+
+    # the same crash belongs to the mistake: named from the cases where both return
+    failure = diagnosis(crashes_on_rows, mistakes={AXIS: crashes_on_rows})
+    assert failure.diagnosis == AXIS and isinstance(failure.learner_error, IndexError)
+    assert str(failure).startswith(AXIS + "\nsoftmax raised IndexError: the learner's bug\n  on input a 2x3")
+    # a function making that mistake alone returns where this one raises: not named
+    assert diagnosis(crashes_on_rows).diagnosis is None
+
+    def always_crashes(x):
+        raise IndexError("nothing to compare")
+
+    assert diagnosis(always_crashes, mistakes={"Any crash.": always_crashes}).diagnosis is None
+
+
+def test_recognising_a_mistake_reruns_the_function_quietly_and_leaves_the_random_state_alone(capsys):
+    def noisy(x):
+        print("debugging")
+        warnings.warn("careful", UserWarning)
+        return x.softmax(dim=0)
+
+    torch.manual_seed(0)
+    expected = torch.rand(2)
+    torch.manual_seed(0)
+    assert diagnosis(noisy).diagnosis == AXIS
+    assert torch.equal(torch.rand(2), expected)
+    assert capsys.readouterr().out == "debugging\nYour function warned: UserWarning: careful\n"
+
+
+def test_a_function_that_modifies_its_input_is_told_so_and_not_diagnosed():
+    def clobbers(x):
+        result = x.softmax(dim=-1)
+        x.zero_()
+        return result
+
+    failure = diagnosis(clobbers, mistakes={"Never.": lambda x: x.softmax(dim=-1)})
+    assert failure.diagnosis is None and "modified its input argument(s) [0]" in str(failure)
+
+
+def test_mistakes_are_compared_through_compare_through_or_as_they_are_when_it_raises():
+    cases = [("B=2, T=3", (2, 3)), ("B=3, T=4", (3, 4))]
+    through = ("passed to d2lh.masked_softmax as valid lengths",
+               lambda lens, B, T: d2lh.masked_softmax(torch.zeros(B, T, T), lens))
+    mistakes = {"One short.": lambda B, T: torch.arange(T).expand(B, T),
+                "One row.": lambda B, T: torch.arange(1, T + 1)}
+    for learner, named in ((lambda B, T: torch.arange(T).repeat(B, 1).int(), "One short."),
+                           (lambda B, T: torch.arange(1.0, T + 1), "One row.")):  # raises in through
+        with pytest.raises(ExerciseCheckFailed) as failure:
+            run_check("lens", learner, cases, lambda B, T: torch.arange(1, T + 1).expand(B, T),
+                      compare_through=through, mistakes=mistakes)
+        assert failure.value.diagnosis == named
+
+
+def test_the_sentences_of_a_check_are_wrapped_to_the_width_of_a_message():
+    long = "Your weights " + "are really quite wrong " * 10 + "indeed."
+    failure = diagnosis(lambda x: x.softmax(dim=0), mistakes={long: lambda x: x.softmax(dim=0)})
+    lines = str(failure).split("\n")
+    assert max(map(len, lines)) <= 100 and " ".join(lines[:3]).startswith(long[:200])
+    with pytest.raises(ValueError, match="predicate must be a function"):
+        Symptom(3)
 
 
 def test_run_check_reports_wrong_shapes_errors_and_missing_work():
@@ -144,7 +338,7 @@ def test_run_check_compares_arrays_numbers_and_tuples(capsys):
     cases = [("a 2x2 array", (np.array([[1.0, 2.0], [3.0, 4.0]]),))]
     run_check("pair", lambda a: (a.sum(), a * 2), cases, lambda a: (a.sum(), a * 2))
     assert capsys.readouterr().out == "Correct: pair passed all 1 checks.\n"
-    with pytest.raises(ExerciseCheckFailed, match=r"result 1 of the tuple: values differ"):
+    with pytest.raises(ExerciseCheckFailed, match=r"result 1 of the tuple: 4 of 4 values differ"):
         run_check("pair", lambda a: (a.sum(), a * 3), cases, lambda a: (a.sum(), a * 2))
     with pytest.raises(ExerciseCheckFailed, match=r"expected a tuple of 2 results"):
         run_check("pair", lambda a: a.sum(), cases, lambda a: (a.sum(), a * 2))
@@ -191,7 +385,7 @@ def test_a_failure_shows_no_line_of_the_checking_code_but_the_learners_own_frame
     raised, wrong_value = renderings
     assert "in helper\n    return lengths[10]  # the learner's bug" in raised
     assert "IndexError: index 10 is out of bounds" in raised
-    assert wrong_value.startswith("ExerciseCheckFailed: causal_lens")  # no traceback at all
+    assert wrong_value.startswith("ExerciseCheckFailed: Your lengths are one short")  # no traceback
     for rendered in renderings:
         leaked = [line for line in rendered.splitlines() if line.strip() in checking_code_lines()]
         assert not leaked and "exercises/" not in rendered, leaked
@@ -234,7 +428,7 @@ def test_the_generated_hidden_tests_fail_an_unsolved_exercise_despite_the_patch(
     cell = "d2lh.exercises.check_causal_lens(causal_lens)\n" + authoring.hidden_tests_source(
         [("check_causal_lens", "causal_lens")])
     namespace = {"d2lh": d2lh, "causal_lens": lambda B, T: torch.zeros(B, T)}
-    with pytest.raises(AssertionError, match="values differ"):
+    with pytest.raises(AssertionError, match="values\\s+differ"):
         exec(cell, namespace)
     assert capsys.readouterr().out == "Correct\n"
     namespace["causal_lens"] = lambda B, T: torch.arange(1, T + 1).repeat(B, 1)

@@ -12,8 +12,11 @@ nbgrader's markers, followed by a check cell that calls one of the checks below:
 
 A check builds its own inputs (seeded random shapes and edge cases), runs the learner's function on
 each, and compares the result with a reference computed by the package (or a short formula). On
-failure it says which input failed, what was expected, what came back, and gives a hint; on
-success it prints one line. It raises :class:`ExerciseCheckFailed`, an ``AssertionError``, so that
+failure it names the mistake when it recognises it (each check holds a catalogue of the classic
+mistakes of its exercise, ``MISTAKES`` in its module, recognised by what the learner's function
+returns on every case), says which input failed, what was expected and what came back, summarised
+to fit on a screen (``verbose=True`` shows the values in full), and gives a hint; on success it
+prints one line. It raises :class:`ExerciseCheckFailed`, an ``AssertionError``, so that
 nbgrader counts a failed check as a failed test. ``seed`` draws other random cases; ``hint=2``
 shows the full hint instead of the first nudge. The hidden tests (between ``### BEGIN HIDDEN
 TESTS`` and ``### END HIDDEN TESTS``, only in nbgrader's source notebooks, which ``python -m
@@ -47,10 +50,11 @@ from .checks_bahdanau_attention import check_gru_cell, check_luong_step
 from .checks_transformer_in_practice import check_real_token_smoothing, check_advance_beams
 from .checks_beyond_2017 import (check_cached_gqa_self_attention, check_online_softmax_update,
                                  check_rotary_at_positions, check_top_p_probs)
-from .runner import ExerciseCheckFailed, run_check
+from .runner import ExerciseCheckFailed, Symptom, run_check
 
 __all__ = [
     "ExerciseCheckFailed",
+    "Symptom",
     "run_check",
     "check_self_attention",
     "check_max_weights",

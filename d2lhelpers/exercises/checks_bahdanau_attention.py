@@ -3,12 +3,15 @@ weights, and a decoder step with Luong's "general" attention."""
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import nn
 
-from ..attention import masked_softmax
+from ..attention import masked_softmax, sequence_mask
 from .cases import (labelled, randn, random_lengths, random_sizes, seeded_generator,
                     seeded_module, size_text)
 from .runner import run_check
@@ -26,7 +29,62 @@ def _gru_cell(x, h, W_ih, W_hh, b_ih, b_hh):
         return cell(x, h)
 
 
-def check_gru_cell(fn: Callable, seed: int = 0, hint: int = 1) -> None:
+# The classic mistakes, each as the function that makes it ----------------------------------------
+
+def _wrong_gru_cell(x, h, W_ih, W_hh, b_ih, b_hh, order=(0, 1, 2), reset="on the projection",
+                    update="keeps h", candidate=torch.tanh, biases=("ih", "hh")):
+    """A GRU cell, right by default; each other value of an argument is a classic mistake.
+    order: which chunk of the stacked weights is taken as (reset, update, candidate)."""
+    H = h.shape[1]
+    x_part = x @ W_ih.T + (b_ih if "ih" in biases else 0)  # (B, 3H)
+    h_part = h @ W_hh.T + (b_hh if "hh" in biases else 0)
+    chunk = [lambda p, i=i: p[:, i * H:(i + 1) * H] for i in order]  # (B, H) each
+    (i_r, i_z, i_n), (h_r, h_z, h_n) = ([c(p) for c in chunk] for p in (x_part, h_part))
+    r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+    W_hn, b_hn = W_hh[order[2] * H:(order[2] + 1) * H], b_hh[order[2] * H:(order[2] + 1) * H]
+    b_hn = b_hn if "hh" in biases else 0
+    n = candidate({"on the projection": lambda: i_n + r * h_n,  # PyTorch: b_hn inside
+                   "before the matrix": lambda: i_n + (r * h) @ W_hn.T + b_hn,  # Cho et al.
+                   "not on the bias": lambda: i_n + r * (h @ W_hn.T) + b_hn,
+                   "nowhere": lambda: i_n + h_n,
+                   "on the input": lambda: r * i_n + h_n}[reset]())
+    return {"keeps h": lambda: (1 - z) * n + z * h, "keeps n": lambda: z * n + (1 - z) * h,
+            "ignored": lambda: n}[update]()
+
+
+_GRU_CELL_MISTAKES = {
+    "Your update gate keeps the candidate where it should keep the old state: with z = 1 the "
+    "state must stay as it was.": partial(_wrong_gru_cell, update="keeps n"),
+    "Your new state ignores the update gate: it mixes the candidate with the old state.":
+        partial(_wrong_gru_cell, update="ignored"),
+    "Your gates are taken from the stacked weights in another order: PyTorch stacks the rows of "
+    "the reset gate, then the update gate, then the candidate.": tuple(
+        partial(_wrong_gru_cell, order=order) for order in itertools.permutations(range(3))
+        if order != (0, 1, 2)),
+    "Your reset gate multiplies h before W_hn (Cho et al.'s form): PyTorch's reset gate "
+    "multiplies the whole hidden projection W_hn h + b_hn.": partial(_wrong_gru_cell,
+                                                                   reset="before the matrix"),
+    "Your reset gate leaves out the bias b_hn: it multiplies the whole hidden projection, "
+    "W_hn h + b_hn.": partial(_wrong_gru_cell, reset="not on the bias"),
+    "Your reset gate multiplies the input's part of the candidate: it resets the state's part, "
+    "W_hn h + b_hn.": partial(_wrong_gru_cell, reset="on the input"),
+    "Your candidate ignores the reset gate: r scales the hidden projection inside the tanh.":
+        partial(_wrong_gru_cell, reset="nowhere"),
+    "Your candidate uses a sigmoid: the gates use sigmoids, the candidate a tanh.":
+        partial(_wrong_gru_cell, candidate=torch.sigmoid),
+    "Your candidate has no tanh: n is the tanh of the input part plus the reset hidden part.":
+        partial(_wrong_gru_cell, candidate=lambda v: v),
+    "Your cell leaves out the hidden biases b_hh: each gate adds both projections, their biases "
+    "included.": partial(_wrong_gru_cell, biases=("ih",)),
+    "Your cell leaves out the biases b_ih and b_hh: each gate adds both projections, their "
+    "biases included.": partial(_wrong_gru_cell, biases=()),
+    "Your cell leaves out the input biases b_ih: each gate adds both projections, their biases "
+    "included.": partial(_wrong_gru_cell, biases=("hh",)),
+}
+
+
+def check_gru_cell(fn: Callable, seed: int = 0, hint: int = 1, *,
+                   verbose: bool = False) -> None:
     """fn(x, h, W_ih, W_hh, b_ih, b_hh) -> the new state h' (B, H) of a GRU cell, in PyTorch's
     layout: x (B, d_in), h (B, H), W_ih (3H, d_in) and W_hh (3H, H) stacking the reset, update and
     candidate rows in that order, b_ih and b_hh (3H,)::
@@ -74,7 +132,7 @@ def check_gru_cell(fn: Callable, seed: int = 0, hint: int = 1) -> None:
                      "reset gate multiplies the whole hidden projection, bias b_hn included: n = "
                      "tanh(i_n + r * h_n); the update gate keeps the old state: h' = (1 - z) * n "
                      "+ z * h."),
-              hint=hint)
+              hint=hint, mistakes=_GRU_CELL_MISTAKES, verbose=verbose)
 
 
 def _luong_step(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c):
@@ -87,7 +145,61 @@ def _luong_step(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c):
     return attentional, hidden, weights.squeeze(1)
 
 
-def check_luong_step(fn: Callable, seed: int = 0, hint: int = 1) -> None:
+def _wrong_luong_step(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c, query="new",
+                      mask="lengths", order="context first", squash=True, transpose=False,
+                      state="new", axis=-1, scale=False, weights_shape="(B, T_src)"):
+    """One Luong step, right by default; each other value of an argument is a classic mistake."""
+    new = cell(embedded, hidden)  # (B, H)
+    q = new if query == "new" else hidden
+    scores = (q @ (W_a.T if transpose else W_a))[:, None] @ enc_outputs.transpose(1, 2)
+    if scale:
+        scores = scores / math.sqrt(W_a.shape[0])
+    scores = scores.squeeze(1)  # (B, T_src)
+    if mask == "lengths":
+        scores = scores.masked_fill(~sequence_mask(valid_lens, scores.shape[1]), -math.inf)
+    elif mask == "zero":  # the padding's scores set to 0, not -inf
+        scores = scores.masked_fill(~sequence_mask(valid_lens, scores.shape[1]), 0.0)
+    weights = torch.softmax(scores, dim=axis)  # (B, T_src)
+    if mask == "after":  # the padding's weights zeroed after the softmax, not renormalised
+        weights = weights * sequence_mask(valid_lens, scores.shape[1])
+    context = (weights[:, None] @ enc_outputs).squeeze(1)  # (B, H)
+    pair = [context, new] if order == "context first" else [new, context]
+    attentional = W_c(torch.cat(pair, dim=-1))
+    attentional = torch.tanh(attentional) if squash else attentional
+    weights = weights[:, None] if weights_shape == "(B, 1, T_src)" else weights
+    return attentional, new if state == "new" else hidden, weights
+
+
+_LUONG_STEP_MISTAKES = {
+    "Your query is the previous state (Bahdanau's order): Luong attends after the RNN step, with "
+    "the new state s_i as the query.": partial(_wrong_luong_step, query="previous"),
+    "Your weights give weight to the padding: the softmax must be masked to the valid source "
+    "positions.": partial(_wrong_luong_step, mask="none"),
+    "Your padding's scores are set to 0, which still gives it weight: masked scores must become "
+    "-inf (weight 0).": partial(_wrong_luong_step, mask="zero"),
+    "Your weights are zeroed on the padding after the softmax, without renormalising: they no "
+    "longer sum to 1 (mask the scores before the softmax).": partial(_wrong_luong_step,
+                                                                    mask="after"),
+    "Your concatenation puts the state first: W_c takes [c_i; s_i], the context first.":
+        partial(_wrong_luong_step, order="state first"),
+    "Your attentional vector has no tanh: it is tanh(W_c [c_i; s_i]).":
+        partial(_wrong_luong_step, squash=False),
+    "Your W_a is transposed: the score is s_i W_a h_j, the state on W_a's left.":
+        partial(_wrong_luong_step, transpose=True),
+    "Your scores are divided by sqrt(H): Luong's general score is s_i W_a h_j, unscaled.":
+        partial(_wrong_luong_step, scale=True),
+    "You return the previous state: the second result is the new state s_i.":
+        partial(_wrong_luong_step, state="old"),
+    "Your softmax normalises over the batch: each sentence's weights sum to 1 over its source "
+    "positions.": (partial(_wrong_luong_step, axis=0),
+                   partial(_wrong_luong_step, axis=0, mask="none")),
+    "Your weights keep the query axis, (B, 1, T_src): the exercise returns them as (B, T_src).":
+        partial(_wrong_luong_step, weights_shape="(B, 1, T_src)"),
+}
+
+
+def check_luong_step(fn: Callable, seed: int = 0, hint: int = 1, *,
+                     verbose: bool = False) -> None:
     """fn(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c) -> (attentional, hidden,
     weights): one decoder step with Luong et al.'s (2015) "general" attention, which attends
     *after* the RNN step, with the new state as the query::
@@ -135,4 +247,8 @@ def check_luong_step(fn: Callable, seed: int = 0, hint: int = 1) -> None:
                          "context is weights @ enc_outputs; concatenate the context first, then s "
                          "(torch.cat([c, s], dim=-1)), apply W_c and tanh; return (attentional, "
                          "s, weights (B, T_src))."),
-                  hint=hint)
+                  hint=hint, mistakes=_LUONG_STEP_MISTAKES, verbose=verbose)
+
+
+MISTAKES = {"check_gru_cell": _GRU_CELL_MISTAKES,
+            "check_luong_step": _LUONG_STEP_MISTAKES}  # the catalogues, for the tests

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
-from ..attention import KVCache, MultiHeadAttention, online_softmax_update
+from ..attention import (KVCache, MultiHeadAttention, causal_valid_lens, masked_softmax,
+                         online_softmax_update)
 from ..decoding import next_token_probs
 from ..positional import apply_rotary
 from .cases import (case_label, feed_in_chunks, labelled, load_linear_weights, randint, randn,
@@ -19,7 +21,56 @@ __all__ = ["check_rotary_at_positions", "check_online_softmax_update",
            "check_cached_gqa_self_attention", "check_top_p_probs"]
 
 
-def check_rotary_at_positions(fn: Callable, seed: int = 0, hint: int = 1) -> None:
+# The classic mistakes, each as the function that makes it ----------------------------------------
+
+def _wrong_rotary(x, positions, pairs="neighbours", turn=1, exponent="2j", written="interleaved",
+                  use_positions=True, frequencies_in=torch.float64):
+    """RoPE at given positions, right by default; each other value of an argument is a classic
+    mistake. pairs "halves": feature j with feature j + d_k/2; written "halves": the rotated
+    pairs put back as two halves. frequencies_in: the dtype the frequencies are computed in (None:
+    that of the angles; it matters for the large angles of some mistakes)."""
+    T, d_k = x.shape[-2:]
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    j = torch.arange(d_k // 2, dtype=frequencies_in or dtype)
+    power = {"2j": 2 * j / d_k, "j": j / d_k, "4j": 4 * j / d_k, "-2j": -2 * j / d_k}[exponent]
+    omega = (10000.0 ** -power).to(dtype)  # (d_k/2,)
+    m = positions if use_positions else torch.arange(T)
+    angles = m.to(dtype)[:, None] * omega  # (T, d_k/2)
+    cos, sin = torch.cos(angles).to(x.dtype), turn * torch.sin(angles).to(x.dtype)
+    if pairs == "halves":
+        a, b = x[..., :d_k // 2], x[..., d_k // 2:]
+    else:
+        a, b = x[..., 0::2], x[..., 1::2]
+    first, second = a * cos - b * sin, a * sin + b * cos
+    if written == "halves" or (pairs == "halves" and written != "interleaved anyway"):
+        return torch.cat([first, second], dim=-1)
+    return torch.stack([first, second], dim=-1).flatten(-2)
+
+
+_ROTARY_AT_POSITIONS_MISTAKES = {
+    "Your pairs are the two halves (feature j with feature j + d_k/2): here a pair is two "
+    "neighbours, features 2j and 2j+1.": (
+        partial(_wrong_rotary, pairs="halves"),
+        partial(_wrong_rotary, pairs="halves", written="interleaved anyway")),
+    "Your rotated pairs are written back as two halves (all first features, then all second "
+    "ones): each pair goes back to its place, features 2j and 2j+1.":
+        partial(_wrong_rotary, written="halves"),
+    "Your rotation turns the other way: y_2j = x_2j cos - x_2j+1 sin, y_2j+1 = x_2j sin + x_2j+1 "
+    "cos (multiplying by e^(i angle)).": partial(_wrong_rotary, turn=-1),
+    "Your frequencies use the exponent j/d_k: pair j turns at omega_j = 10000^(-2j/d_k).":
+        partial(_wrong_rotary, exponent="j"),
+    "Your frequencies use the exponent 4j/d_k: pair j uses 2j/d_k; did you double an index that "
+    "is already 2j?": partial(_wrong_rotary, exponent="4j"),
+    "Your frequencies grow with j (10000^(2j/d_k)): omega_j = 10000^(-2j/d_k) falls from 1.": (
+        partial(_wrong_rotary, exponent="-2j"),
+        partial(_wrong_rotary, exponent="-2j", frequencies_in=None)),
+    "Your rotation uses the positions 0 .. T-1, not those you were given: row t turns as "
+    "position positions[t].": partial(_wrong_rotary, use_positions=False),
+}
+
+
+def check_rotary_at_positions(fn: Callable, seed: int = 0, hint: int = 1, *,
+                              verbose: bool = False) -> None:
     """fn(x, positions) -> x with each pair of features (x_2j, x_2j+1) of row t rotated by the
     angle positions[t] * omega_j, omega_j = 10000^(-2j / d_k): x (..., T, d_k), positions (T,)
     whole numbers, any of them (not only 0 .. T-1). As ``d2lh.apply_rotary``."""
@@ -45,10 +96,71 @@ def check_rotary_at_positions(fn: Callable, seed: int = 0, hint: int = 1) -> Non
                      "y_2j = x_2j cos - x_2j+1 sin, y_2j+1 = x_2j sin + x_2j+1 cos (the complex "
                      "number x_2j + i x_2j+1 times e^(i angle)). Compute the angles in float64 "
                      "for a float64 x, and keep x's shape."),
-              hint=hint)
+              hint=hint, mistakes=_ROTARY_AT_POSITIONS_MISTAKES, verbose=verbose)
 
 
-def check_online_softmax_update(fn: Callable, seed: int = 0, hint: int = 1) -> None:
+def _wrong_online_update(m, l, acc, scores, values, rescale=("l", "acc"), guard=True,
+                         shift="new maximum", maximum="running", factor="exp(m - m_new)",
+                         returned="state"):
+    """One block of the online softmax, right by default; each other value of an argument is a
+    classic mistake."""
+    block_max = scores.amax(dim=-1, keepdim=True)
+    m_new = block_max if maximum == "block" else torch.maximum(m, block_max)
+    def guarded(maximum):  # 0 instead of -inf
+        return torch.where(torch.isinf(maximum), torch.zeros_like(maximum), maximum) if guard \
+            else maximum
+
+    reference = torch.zeros_like(m_new) if shift == "none" else guarded(m_new)
+    if shift == "old maximum everywhere":
+        reference = guarded(m)
+    p = torch.exp(scores - (guarded(m) if shift == "old maximum" else reference))
+    correction = torch.exp(m - reference) if factor == "exp(m - m_new)" else \
+        torch.exp(reference - m)
+    if factor == "the block's maximum":  # the old sums compared with the block's maximum alone
+        correction = torch.exp(m - guarded(block_max))
+    new_l = (l * correction if "l" in rescale else l) + p.sum(dim=-1, keepdim=True)
+    new_acc = (acc * correction if "acc" in rescale else acc) + p @ values
+    if returned == "normalised":
+        new_acc = new_acc / torch.where(new_l > 0, new_l, torch.ones_like(new_l))
+    return (m if maximum == "kept" else m_new), new_l, new_acc
+
+
+_ONLINE_SOFTMAX_UPDATE_MISTAKES = {
+    "Your acc is not rescaled when the maximum grows: it was summed under the old maximum, so "
+    "it must be brought to the new one, as l is, before the new block is added.":
+        partial(_wrong_online_update, rescale=("l",)),
+    "Your l is not rescaled when the maximum grows: it was summed under the old maximum, so it "
+    "must be brought to the new one, as acc is, before the new block is added.":
+        partial(_wrong_online_update, rescale=("acc",)),
+    "Your sums are not rescaled when the maximum grows: l and acc were made under the old "
+    "maximum; by what factor do they go over to the new one?":
+        partial(_wrong_online_update, rescale=()),
+    "Your rescaling factor is inverted: when the maximum grows, the sums made under the old one "
+    "must shrink, not grow.":
+        partial(_wrong_online_update, factor="exp(m_new - m)"),
+    "Your rescaling factor compares m with the block's maximum alone: the old sums go from m to "
+    "the new running maximum, the larger of m and the block's maximum.":
+        partial(_wrong_online_update, factor="the block's maximum"),
+    "Your state turns NaN for a query that has seen only -inf scores (exp(-inf - (-inf)) is "
+    "NaN): such a query's l and acc must stay 0.":
+        partial(_wrong_online_update, guard=False),
+    "Your exponentials use the raw scores, not the scores minus the running maximum: "
+    "exp(score - m) keeps them at most 1 (and m is then part of the state).":
+        partial(_wrong_online_update, shift="none"),
+    "Your new block is shifted by the old maximum: its exponentials are taken relative to the "
+    "new maximum, like the rescaled sums.": (partial(_wrong_online_update, shift="old maximum"),
+                 partial(_wrong_online_update, shift="old maximum everywhere")),
+    "Your maximum is the new block's alone: m_new is the largest score seen so far, the old m "
+    "included.": partial(_wrong_online_update, maximum="block"),
+    "Your m is not updated: return the new maximum, max(m, the block's largest score).":
+        partial(_wrong_online_update, maximum="kept"),
+    "Your acc is divided by l: acc stays the unnormalised weighted sum until the last block.":
+        partial(_wrong_online_update, returned="normalised"),
+}
+
+
+def check_online_softmax_update(fn: Callable, seed: int = 0, hint: int = 1, *,
+                                verbose: bool = False) -> None:
     """fn(m, l, acc, scores, values) -> (m, l, acc) after one more block of keys: m (..., T_q, 1)
     the running maximum (-inf before any valid key), l (..., T_q, 1) the sum of exp(score - m),
     acc (..., T_q, d_v) the sum of exp(score - m) * value; scores (..., T_q, b) with -inf for
@@ -95,7 +207,7 @@ def check_online_softmax_update(fn: Callable, seed: int = 0, hint: int = 1) -> N
                      "made with exp(score - m), so multiply l and acc by exp(m - m_new) before "
                      "adding p.sum(-1) and p @ values. While m_new is -inf, subtract 0 instead of "
                      "m_new (exp(-inf - (-inf)) is NaN), so that l and acc stay 0."),
-              hint=hint)
+              hint=hint, mistakes=_ONLINE_SOFTMAX_UPDATE_MISTAKES, verbose=verbose)
 
 
 def _gqa_cases(generator):
@@ -123,7 +235,88 @@ def _gqa_cases(generator):
     return cases
 
 
-def check_cached_gqa_self_attention(cls: type, seed: int = 0, hint: int = 1) -> None:
+def _wrong_gqa_step(gqa, X, cache, rotate=("queries", "keys"), positions="after the cache",
+                    heads="interleave", causal="with the cache", scale="d_k",
+                    cache_keys="rotated"):
+    """A cached grouped-query RoPE step with gqa's weights, right by default; each other value of
+    an argument is a classic mistake."""
+    B, T, d_model = X.shape
+    h, g, d_k = gqa.num_heads, gqa.num_kv_heads, gqa.d_k
+    seen = len(cache)
+    start = {"after the cache": seen, "from 0": 0, "after appending": seen + T}[positions]
+    where = torch.arange(start, start + T)
+    Q = gqa.split_heads(gqa.W_q(X))  # (B, h, T, d_k)
+    K, V = gqa.split_heads(gqa.W_k(X)), gqa.split_heads(gqa.W_v(X))  # (B, g, T, d_k)
+    Q = apply_rotary(Q, where) if "queries" in rotate else Q
+    rotated = apply_rotary(K, where) if "keys" in rotate else K
+    V = apply_rotary(V, where) if "values" in rotate else V
+    cache.append(rotated if cache_keys == "rotated" else K, V)
+    keys = cache.keys if cache_keys == "rotated" else apply_rotary(cache.keys,
+                                                                  torch.arange(len(cache)))
+    if cache_keys == "rotated again":  # the whole cache rotated at every step, stored so
+        cache.keys = keys
+    if heads == "interleave":  # query head i reads key-value head i // (h/g)
+        keys, values = (t.repeat_interleave(h // g, dim=1) for t in (keys, cache.values))
+    else:  # tiled: query head i reads head i % g
+        keys, values = (t.repeat(1, h // g, 1, 1) for t in (keys, cache.values))
+    divisor = {"d_k": math.sqrt(d_k), "d_model": math.sqrt(d_model), "none": 1.0,
+               "g d_k": math.sqrt(g * d_k)}[scale]
+    scores = (Q @ keys.transpose(-2, -1) / divisor).flatten(0, 1)  # (B*h, T, T_k)
+    T_k = keys.shape[2]
+    lens = {"with the cache": causal_valid_lens(B, T, T_k - T),
+            "without the cache": causal_valid_lens(B, T, 0),
+            "none": torch.full((B,), T_k)}[causal]
+    weights = masked_softmax(scores, lens.repeat_interleave(h, dim=0))
+    heads_out = weights.unflatten(0, (B, h)) @ values  # (B, h, T, d_k)
+    return gqa.W_o(gqa.merge_heads(heads_out))
+
+
+def _wrong_gqa(**mistake) -> Callable:
+    """The outputs and cache of :func:`_wrong_gqa_step` making ``mistake``, fed as the check
+    feeds."""
+
+    def outputs_and_cache(gqa, X, chunks):
+        with torch.no_grad():
+            outputs, cache = feed_in_chunks(partial(_wrong_gqa_step, gqa, **mistake), X, chunks)
+        return outputs, cache.keys, cache.values
+
+    return outputs_and_cache
+
+
+_CACHED_GQA_MISTAKES = {
+    "Your queries are not rotated: RoPE turns the queries and the keys, each at its position.":
+        _wrong_gqa(rotate=("keys",)),
+    "Your keys are not rotated: RoPE turns the queries and the keys, each at its position.":
+        _wrong_gqa(rotate=("queries",)),
+    "Your values are rotated too: RoPE turns the queries and the keys only.":
+        _wrong_gqa(rotate=("queries", "keys", "values")),
+    "Your positions restart at 0 at every step: the new positions follow the len(cache) cached "
+    "ones.": _wrong_gqa(positions="from 0"),
+    "Your positions are counted after appending to the cache: the first new position is "
+    "len(cache) as it was before this step.": _wrong_gqa(positions="after appending"),
+    "Your query heads read the key-value heads tiled (head i reads i % g): each group of h/g "
+    "neighbouring query heads shares one key-value head (head i reads i // (h/g)).":
+        _wrong_gqa(heads="tile"),
+    "Your new positions see each other in both directions: among the new positions too, the "
+    "i-th sees only those up to itself.": _wrong_gqa(causal="none"),
+    "Your causal lengths forget the cached positions: each new position also sees every "
+    "position cached before this step.":
+        _wrong_gqa(causal="without the cache"),
+    "Your cache holds the keys before their rotation: cache them rotated, at their positions, "
+    "so that they are never rotated again.": _wrong_gqa(cache_keys="unrotated"),
+    "Your cached keys are rotated again at every step: rotate each key once, at its position, "
+    "when it joins the cache.": _wrong_gqa(cache_keys="rotated again"),
+    "Your scores are divided by sqrt(d_model): each head scales by the square root of its own "
+    "width, d_k.": _wrong_gqa(scale="d_model"),
+    "Your scores are not scaled: each head divides them by the square root of its width d_k.":
+        _wrong_gqa(scale="none"),
+    "Your scores are divided by sqrt(g * d_k), the width of all the key-value heads: each head "
+    "scales by the square root of its own width, d_k.": _wrong_gqa(scale="g d_k"),
+}
+
+
+def check_cached_gqa_self_attention(cls: type, seed: int = 0, hint: int = 1, *,
+                                    verbose: bool = False) -> None:
     """cls(d_model, num_heads, num_kv_heads): causal grouped-query self-attention with RoPE and a
     key-value cache, with ``W_q`` (d_model -> d_model), ``W_k`` and ``W_v`` (d_model -> g * d_k)
     and ``W_o`` (d_model -> d_model), all ``nn.Linear`` without bias; ``forward(X, cache)`` takes
@@ -160,10 +353,65 @@ def check_cached_gqa_self_attention(cls: type, seed: int = 0, hint: int = 1) -> 
                      "reads key-value head i // (h/g)); scale by sqrt(d_k); give the i-th new "
                      "position the causal length offset + i + 1 (d2lh.causal_valid_lens with "
                      "offset); merge the heads and apply W_o."),
-              hint=hint)
+              hint=hint, mistakes=_CACHED_GQA_MISTAKES, verbose=verbose)
 
 
-def check_top_p_probs(fn: Callable, seed: int = 0, hint: int = 1) -> None:
+def _wrong_top_p(logits, top_p, keep="mass before < top_p", renormalise=True, order="descending",
+                 softmax="stable", placed="back", cumulate="probabilities", divide_by="sum"):
+    """Nucleus probabilities, right by default; each other value of an argument is a classic
+    mistake. keep: which sorted tokens are kept, by the probability of those before them or up
+    to them."""
+    probs = (torch.softmax(logits, dim=-1) if softmax == "stable"
+             else torch.exp(logits) / torch.exp(logits).sum(dim=-1, keepdim=True))
+    sorted_probs, index = probs.sort(dim=-1, descending=order == "descending")
+    mass = (sorted_probs if cumulate == "probabilities"
+            else logits.gather(-1, index)).cumsum(dim=-1)  # up to and including each token
+    before = mass - (sorted_probs if cumulate == "probabilities" else logits.gather(-1, index))
+    kept_sorted = {"mass before < top_p": before < top_p, "mass < top_p": mass < top_p,
+                   "mass <= top_p": mass <= top_p, "mass < top_p, the first forced":
+                   (mass < top_p) | (torch.arange(mass.shape[-1]) == 0)}[keep]
+    kept_sorted = kept_sorted.int().cumprod(dim=-1).bool()  # up to the first token not kept
+    if placed == "sorted":
+        out = sorted_probs * kept_sorted
+    elif placed == "mask not moved":  # the keep mask, in sorted order, on unsorted probabilities
+        out = probs * kept_sorted
+    else:
+        out = probs * torch.zeros_like(kept_sorted).scatter(-1, index, kept_sorted)
+    if divide_by == "top_p":
+        return out / top_p
+    return out / out.sum(dim=-1, keepdim=True) if renormalise else out
+
+
+_TOP_P_PROBS_MISTAKES = {
+    "Your nucleus leaves out the token that crosses top_p: the nucleus includes it (its "
+    "probabilities sum to at least top_p), so the most probable token is always kept.": tuple(
+        partial(_wrong_top_p, keep=keep, renormalise=renormalise)
+        for keep in ("mass < top_p", "mass <= top_p", "mass < top_p, the first forced")
+        for renormalise in (True, False)),
+    "Your kept probabilities are divided by top_p: divide them by their own sum, so that they "
+    "sum to 1.": partial(_wrong_top_p, divide_by="top_p"),
+    "Your kept probabilities are not renormalised: divide them by their sum, so that they sum "
+    "to 1.": partial(_wrong_top_p, renormalise=False),
+    "Your nucleus keeps the least probable tokens: sort from the most probable down.":
+        (partial(_wrong_top_p, order="ascending"),
+         partial(_wrong_top_p, order="ascending", renormalise=False)),
+    "Your softmax overflows on large logits (exp of a large number is inf, and inf / inf NaN): "
+    "subtract each row's largest logit first, as torch.softmax does.":
+        partial(_wrong_top_p, softmax="exp"),
+    "Your probabilities stay in sorted order: put each back at its token's place in the "
+    "vocabulary.": (partial(_wrong_top_p, placed="sorted"),
+                    partial(_wrong_top_p, placed="sorted", renormalise=False)),
+    "Your keep mask is in sorted order but applied to the probabilities in vocabulary order: "
+    "each token's decision must go back to that token's place.": (
+        partial(_wrong_top_p, placed="mask not moved"),
+        partial(_wrong_top_p, placed="mask not moved", renormalise=False)),
+    "Your nucleus accumulates the logits: the nucleus is the fewest most probable tokens whose "
+    "probabilities sum to top_p.": partial(_wrong_top_p, cumulate="logits"),
+}
+
+
+def check_top_p_probs(fn: Callable, seed: int = 0, hint: int = 1, *,
+                      verbose: bool = False) -> None:
     """fn(logits, top_p) -> probabilities (B, V): the softmax of the logits restricted to the
     nucleus, the fewest most probable tokens whose probabilities sum to at least top_p (0 < top_p
     <= 1), renormalised; 0 for every other token. As ``d2lh.next_token_probs(logits,
@@ -192,4 +440,10 @@ def check_top_p_probs(fn: Callable, seed: int = 0, hint: int = 1) -> None:
                      "crosses top_p is kept and the most probable one always is); put the keep "
                      "mask back in vocabulary order (scatter with order), zero the others and "
                      "divide by the sum of what is kept."),
-              hint=hint)
+              hint=hint, mistakes=_TOP_P_PROBS_MISTAKES, verbose=verbose)
+
+
+MISTAKES = {"check_rotary_at_positions": _ROTARY_AT_POSITIONS_MISTAKES,
+            "check_online_softmax_update": _ONLINE_SOFTMAX_UPDATE_MISTAKES,
+            "check_cached_gqa_self_attention": _CACHED_GQA_MISTAKES,
+            "check_top_p_probs": _TOP_P_PROBS_MISTAKES}  # the catalogues, for the tests

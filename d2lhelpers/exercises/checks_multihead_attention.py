@@ -3,14 +3,18 @@ as torch.nn.MultiheadAttention, and self-attention with one packed projection.""
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable
+from functools import partial
 
 import torch
+from torch import nn
 
-from ..attention import MultiHeadAttention
+from ..attention import MultiHeadAttention, masked_softmax, valid_lens_to_mask
 from .cases import (MASK_KINDS, case_label, load_linear_weights, randn, random_choice,
                     random_head_sizes, seeded_generator, seeded_module, size_text, valid_lens_case)
-from .runner import run_check
+from .runner import Symptom, run_check
 
 __all__ = ['check_per_head_weights', 'check_to_torch_multihead', 'check_packed_self_attention']
 
@@ -42,7 +46,213 @@ def _attention_cases(generator, fixed: list[tuple[str, dict, str | None]], count
     return cases
 
 
-def check_per_head_weights(fn: Callable, seed: int = 0, hint: int = 1) -> None:
+# The classic mistakes, each as the function that makes it ----------------------------------------
+
+def _split(x: torch.Tensor, h: int, split="heads first") -> torch.Tensor:
+    """(B, T, h * d_k) -> (B, h, T, d_k), head i taking features i*d_k .. (i+1)*d_k - 1; the other
+    ``split`` are mistakes: "no transpose" reshapes straight to (B, h, T, d_k), "strided" gives
+    head i every h-th feature."""
+    B, T, width = x.shape
+    if split == "no transpose":
+        return x.reshape(B, h, T, width // h)
+    if split == "strided":
+        return x.reshape(B, T, width // h, h).permute(0, 3, 1, 2)
+    return x.reshape(B, T, h, width // h).transpose(1, 2)
+
+
+def _head_weights(Q, K, valid_lens, scale="d_k", lens="interleave", fill="zero", axis=-1):
+    """Weights (B, h, T_q, T_k) of the heads Q (B, h, T_q, d_k) and K (B, h, T_k, d_k), right by
+    default; each other value of an argument is a classic mistake."""
+    B, h, T_q, d_k = Q.shape
+    T_k = K.shape[2]
+    divisor = {"d_k": math.sqrt(d_k), "d_model": math.sqrt(h * d_k), "none": 1.0}[scale]
+    scores = (Q @ K.transpose(-2, -1) / divisor).reshape(B * h, T_q, T_k)
+    if valid_lens is None or lens == "ignore":
+        folded = None
+    elif lens == "interleave":  # sequence b's lengths for each of its heads
+        folded = valid_lens.repeat_interleave(h, dim=0)
+    else:  # "repeat": the whole batch tiled h times, heads paired with other sequences
+        folded = valid_lens.repeat(h, *[1] * (valid_lens.dim() - 1))
+    if axis != -1:  # masked before (with -inf), or after (zeroed), the softmax
+        allowed = None if folded is None else valid_lens_to_mask(folded, T_q, T_k)
+        if allowed is not None and fill == "-inf":
+            scores = scores.masked_fill(~allowed, -math.inf)
+        weights = torch.softmax(scores, dim=axis)
+        if allowed is not None and fill == "zero":
+            weights = weights * allowed
+    elif fill == "zero" or folded is None:
+        weights = masked_softmax(scores, folded)
+    elif fill == "after":  # the padding's weights zeroed after the softmax, not renormalised
+        weights = torch.softmax(scores, dim=-1) * valid_lens_to_mask(folded, T_q, T_k)
+    else:  # -inf where masked: a row without a valid key is NaN; finite: it is uniform
+        allowed = valid_lens_to_mask(folded, T_q, T_k)
+        weights = torch.softmax(scores.masked_fill(~allowed, -math.inf if fill == "-inf"
+                                                   else -1e9), dim=-1)
+    return weights.reshape(B, h, T_q, T_k)
+
+
+def _wrong_per_head_weights(mha, queries, keys, valid_lens, split="heads first", project="right",
+                            unfold="batch first", **weights):
+    h = mha.num_heads
+    W_q, W_k = mha.W_q.weight, mha.W_k.weight
+    if project == "same":
+        W_k = W_q
+    elif project == "untransposed":
+        W_q, W_k = W_q.T, W_k.T
+    Q, K = _split(queries @ W_q.T, h, split), _split(keys @ W_k.T, h, split)
+    result = _head_weights(Q, K, valid_lens, **weights)
+    if unfold == "heads first":  # folded batch-major, unfolded as if head-major
+        B = result.shape[0]
+        result = result.reshape(h, B, *result.shape[2:]).transpose(0, 1)
+    return result
+
+
+def _nan_rows(result, *args) -> bool:
+    """Whether the results (weights, or outputs and weights) hold NaN, and only for the sequences
+    with no valid key (``valid_lens``, the last argument, 0)."""
+    valid_lens = args[-1]
+    if valid_lens is None or not (valid_lens == 0).any():
+        return False
+    empty = (valid_lens == 0) if valid_lens.dim() == 1 else (valid_lens == 0).all(dim=1)  # (B,)
+    seen = False
+    for tensor in (result if isinstance(result, (tuple, list)) else (result,)):
+        nan = torch.as_tensor(tensor).isnan()
+        if nan.shape[:1] != empty.shape:
+            return False
+        seen = seen or bool(nan.any())
+        if nan[~empty].any():
+            return False
+    return seen
+
+
+def _heads(result, *args):
+    """(scores (B, h, T_q, T_k) unscaled, d_k, valid_lens, the learner's weights (B, h, T_q,
+    T_k)) from the arguments of either exercise: (mha, queries, keys, valid_lens) with the
+    weights as result, or (mha, X, valid_lens) with the weights as result 1."""
+    if len(args) == 4:
+        mha, queries, keys, valid_lens = args
+        weights = result
+    else:
+        (mha, queries, valid_lens), keys = args, args[1]
+        weights = result[1]
+    with torch.no_grad():
+        Q, K = mha.split_heads(mha.W_q(queries)), mha.split_heads(mha.W_k(keys))
+    weights = torch.as_tensor(weights).double()
+    scores = (Q @ K.transpose(-2, -1)).double()
+    if weights.shape != scores.shape:
+        raise ValueError("weights of another shape")
+    return scores, mha.d_k, valid_lens, weights
+
+
+def _head_weights_of(scores, lens):
+    """masked_softmax of scores (B, h, T_q, T_k) with lengths (B,) or (B, T_q) shared by the
+    heads of a sequence."""
+    B, h = scores.shape[:2]
+    folded = None if lens is None else lens.repeat_interleave(h, dim=0)
+    return masked_softmax(scores.flatten(0, 1), folded).unflatten(0, (B, h))
+
+
+def _other_lengths(result, *args) -> bool:
+    """Whether each head's weights are those of the lengths of some sequence of the batch, and
+    some head's those of another sequence than its own."""
+    scores, d_k, valid_lens, weights = _heads(result, *args)
+    if valid_lens is None:
+        return False
+    B, h = scores.shape[:2]
+    scores = scores / math.sqrt(d_k)
+    matches = torch.stack([  # (B', B, h): the weights of every head with sequence b's lengths
+        (_head_weights_of(scores, valid_lens[b:b + 1].expand_as(valid_lens)) - weights).abs()
+        .flatten(2).amax(dim=-1) < 1e-5 for b in range(B)])
+    own = matches[torch.arange(B), torch.arange(B)]  # (B, h)
+    return bool(matches.any(dim=0).all()) and not bool(own.all())
+
+
+def _scaled_otherwise(result, *args) -> bool:
+    """Whether the weights are those of the scores times another factor than 1/sqrt(d_k), the
+    same for every head."""
+    scores, d_k, valid_lens, weights = _heads(result, *args)
+    seen = weights > 0  # the keys a query sees: log w = factor * score + a row's constant
+    if not bool(seen.any()):
+        return False
+    counts = seen.sum(dim=-1, keepdim=True).clamp(min=1)
+    logs = torch.where(seen, weights.clamp(min=1e-300).log(), 0.0)
+    centred_logs = torch.where(seen, logs - logs.sum(-1, keepdim=True) / counts, 0.0)
+    centred = torch.where(seen, scores - torch.where(seen, scores, 0.0).sum(-1, keepdim=True)
+                          / counts, 0.0)
+    if float((centred ** 2).sum()) < 1e-12:
+        return False
+    factor = float((centred_logs * centred).sum() / (centred ** 2).sum())
+    return (not math.isclose(factor, 1 / math.sqrt(d_k), rel_tol=1e-3) and torch.allclose(
+        _head_weights_of(factor * scores, valid_lens), weights, atol=1e-5, rtol=1e-4))
+
+
+def _lengths_not_repeated(result, *args) -> bool:
+    """Whether the function raised on lengths of B sequences given for B*h folded rows."""
+    mha, valid_lens = args[0], args[-1]
+    return (isinstance(result, ValueError) and valid_lens is not None and mha.num_heads > 1
+            and "valid_lens must have shape" in str(result))
+
+
+def _per_sequence_lengths_only(result, *args) -> bool:
+    """Whether the function raised on lengths per query (B, T_q), and only there."""
+    valid_lens = args[-1]
+    return isinstance(result, Exception) and valid_lens is not None and valid_lens.dim() == 2
+
+
+def _per_head_mistakes(wrong: Callable, module: bool = False) -> dict:
+    """The mistakes shared by the exercises that compute every head's weights, ``wrong`` making
+    them; ``module``: the exercise keeps the weights beside its output."""
+    return {
+        "Your heads are split without moving the head axis next to the batch: a plain reshape "
+        "to (B, h, T, d_k) mixes the positions into the heads.":
+            partial(wrong, split="no transpose"),
+        "Your head i takes every h-th feature: head i owns a block of d_k neighbouring features, "
+        "i*d_k .. (i+1)*d_k - 1.": partial(wrong, split="strided"),
+        "Your scores are divided by sqrt(d_model): each head scales by the square root of its own "
+        "width, d_k = d_model / h.": partial(wrong, scale="d_model"),
+        "Your scores are not scaled: each head divides them by the square root of its width d_k.":
+            partial(wrong, scale="none"),
+        "Your heads use the lengths of other sequences: which sequence does each row of the "
+        "heads folded into the batch belong to?": (partial(wrong, lens="repeat"),
+                                                   Symptom(_other_lengths)),
+        "Your lengths are not repeated for the h heads folded into the batch: masked_softmax "
+        "gets the B lengths of the sequences for B * h rows.": Symptom(_lengths_not_repeated),
+        "Your lengths work for one length per sequence (B,) only: valid_lens may also hold one "
+        "length per query, (B, T_q).": Symptom(_per_sequence_lengths_only),
+        "Your weights ignore valid_lens: the padded keys must get weight 0.": (
+            partial(wrong, lens="ignore"), *((partial(wrong, keep="unmasked"),) if module
+                                             else ())),
+        "Your weights are zeroed on the padding after the softmax, without renormalising: they "
+        "no longer sum to 1 (mask the scores before the softmax).": partial(wrong, fill="after"),
+        "Your weights hold NaN for a sequence with no valid key (softmax of a row of -inf): such "
+        "a row must be all 0, as d2lh.masked_softmax gives.": (partial(wrong, fill="-inf"),
+                                                              Symptom(_nan_rows)),
+        "Your weights spread a sequence with no valid key evenly over its keys (a finite fill "
+        "such as -1e9): such a row must be all 0, as d2lh.masked_softmax gives.":
+            partial(wrong, fill="finite"),
+        "Each column of your weights sums to 1, over the queries: each query's weights must sum "
+        "to 1 over the keys.": tuple(partial(wrong, axis=-2, fill=fill, lens=lens)
+                                     for lens in ("interleave", "ignore")
+                                     for fill in ("zero", "-inf")),
+        "Your scores are divided by another number than sqrt(d_k), the square root of each "
+        "head's width.": Symptom(_scaled_otherwise),
+    }
+
+
+_PER_HEAD_WEIGHTS_MISTAKES = {
+    **_per_head_mistakes(_wrong_per_head_weights),
+    "Your keys are projected with W_q: the queries use mha.W_q, the keys mha.W_k.":
+        partial(_wrong_per_head_weights, project="same"),
+    "Your projections multiply by the weight matrices untransposed: nn.Linear computes x times "
+    "the transpose of its weight (call the layer, or transpose the weight).":
+        partial(_wrong_per_head_weights, project="untransposed"),
+    "Your heads come back in the wrong order: the rows you fold as (batch, head) must unfold the "
+    "same way, (B, h, ...).": partial(_wrong_per_head_weights, unfold="heads first"),
+}
+
+
+def check_per_head_weights(fn: Callable, seed: int = 0, hint: int = 1, *,
+                           verbose: bool = False) -> None:
     """fn(mha, queries (B, T_q, d_model), keys (B, T_k, d_model), valid_lens) -> the attention
     weights (B, h, T_q, T_k) of every head of the d2lh.MultiHeadAttention ``mha``, computed from
     its W_q and W_k without calling it. valid_lens: None, (B,) or (B, T_q)."""
@@ -67,10 +277,90 @@ def check_per_head_weights(fn: Callable, seed: int = 0, hint: int = 1) -> None:
                      "to the batch), divide the scores by sqrt(d_k) (not sqrt(d_model)), give "
                      "every head of sequence b the lengths of b, and use d2lh.masked_softmax, "
                      "which keeps a row with no valid key at zero."),
-              hint=hint)
+              hint=hint, mistakes=_PER_HEAD_WEIGHTS_MISTAKES, verbose=verbose)
 
 
-def check_to_torch_multihead(fn: Callable, seed: int = 0, hint: int = 1) -> None:
+def _wrong_torch_multihead(mha, queries, keys, values, order=("W_q", "W_k", "W_v"),
+                           biases=("in", "out"), batch_first=True, transpose=False,
+                           bias_order=None):
+    has_bias = mha.W_q.bias is not None
+    with torch.random.fork_rng(devices=[]):
+        layer = nn.MultiheadAttention(mha.d_model, mha.num_heads, bias=has_bias,
+                                      batch_first=batch_first)
+    with torch.no_grad():
+        weights = [getattr(mha, name).weight for name in order]
+        layer.in_proj_weight.copy_(torch.cat([w.T if transpose else w for w in weights]))
+        layer.out_proj.weight.copy_(mha.W_o.weight.T if transpose else mha.W_o.weight)
+        if has_bias and "in" in biases:  # (PyTorch initialises the biases to 0)
+            layer.in_proj_bias.copy_(torch.cat([getattr(mha, name).bias
+                                                for name in bias_order or order]))
+        if has_bias and "out" in biases:
+            layer.out_proj.bias.copy_(mha.W_o.bias)
+    return layer
+
+
+def _repaired(part: str) -> Symptom:
+    """The symptom of a layer whose ``part`` alone was not copied: copying it makes it right."""
+
+    def right_once_repaired(layer, mha, queries, keys, values):
+        if not isinstance(layer, nn.MultiheadAttention) or not layer.batch_first:
+            return False
+        right = mha.to_torch()
+        repaired = nn.MultiheadAttention(mha.d_model, layer.num_heads, bias=layer.in_proj_bias
+                                         is not None, batch_first=True)
+        repaired.load_state_dict(layer.state_dict())
+        with torch.no_grad():
+            if part == "in":
+                repaired.in_proj_weight.copy_(right.in_proj_weight)
+            else:
+                repaired.out_proj.weight.copy_(right.out_proj.weight)
+            have = repaired.eval()(queries, keys, values, need_weights=False)[0]
+            want = right.eval()(queries, keys, values, need_weights=False)[0]
+        return bool(torch.allclose(have, want, atol=1e-5, rtol=1e-4))
+
+    return Symptom(right_once_repaired)
+
+
+def _stacked_wrongly(layer, mha, *inputs) -> bool:
+    """Whether the layer's in_proj_weight lost its shape (3 d_model, d_model)."""
+    return tuple(layer.in_proj_weight.shape) != (3 * mha.d_model, mha.d_model)
+
+
+_TO_TORCH_MULTIHEAD_MISTAKES = {
+    "Your in_proj_weight does not have the shape (3 d_model, d_model): PyTorch stacks the three "
+    "projections' weights one below the other.": Symptom(_stacked_wrongly),
+    "Your layer has another number of heads than mha: the same weights split into another "
+    "number of heads compute another function.":
+        Symptom(lambda layer, mha, *inputs: layer.num_heads != mha.num_heads),
+    "Your layer has no batch_first=True: it reads the inputs (B, T, d_model) as (T, B, d_model).":
+        partial(_wrong_torch_multihead, batch_first=False),
+    "Your layer stacks the input projections in another order: PyTorch's in_proj_weight holds the "
+    "queries' rows first, then the keys', then the values'.": tuple(
+        partial(_wrong_torch_multihead, order=order)
+        for order in itertools.permutations(("W_q", "W_k", "W_v"))
+        if order != ("W_q", "W_k", "W_v")),
+    "Your in_proj_bias stacks the biases in another order than the weights: the queries', then "
+    "the keys', then the values'.": tuple(
+        partial(_wrong_torch_multihead, bias_order=order)
+        for order in itertools.permutations(("W_q", "W_k", "W_v"))
+        if order != ("W_q", "W_k", "W_v")),
+    "Your layer's biases are not copied (they stay 0): mha's biases go into in_proj_bias and "
+    "out_proj.bias.": partial(_wrong_torch_multihead, biases=()),
+    "Your layer's output bias is not copied: W_o's bias goes into out_proj.bias.":
+        partial(_wrong_torch_multihead, biases=("in",)),
+    "Your layer's input biases are not copied: the biases of W_q, W_k and W_v go into "
+    "in_proj_bias, in that order.": partial(_wrong_torch_multihead, biases=("out",)),
+    "Your weights are transposed: PyTorch's layers keep them as (out_features, in_features), "
+    "as nn.Linear does.": partial(_wrong_torch_multihead, transpose=True),
+    "Your layer's input projection is not copied: in_proj_weight must hold mha's W_q, W_k and "
+    "W_v.": _repaired("in"),
+    "Your layer's output projection is not copied: out_proj.weight must hold mha's W_o.":
+        _repaired("out"),
+}
+
+
+def check_to_torch_multihead(fn: Callable, seed: int = 0, hint: int = 1, *,
+                             verbose: bool = False) -> None:
     """fn(mha) -> a torch.nn.MultiheadAttention (batch_first) computing the same function as the
     d2lh.MultiHeadAttention ``mha``, biases included when ``mha`` has them."""
     generator = seeded_generator(seed)
@@ -101,10 +391,62 @@ def check_to_torch_multihead(fn: Callable, seed: int = 0, hint: int = 1) -> None
                      "torch.cat([W_q, W_k, W_v] weights) into in_proj_weight (in that order), "
                      "W_o's weight into out_proj.weight, and when mha has biases, the three "
                      "biases into in_proj_bias and W_o's into out_proj.bias."),
-              hint=hint)
+              hint=hint, mistakes=_TO_TORCH_MULTIHEAD_MISTAKES, verbose=verbose)
 
 
-def check_packed_self_attention(cls: type, seed: int = 0, hint: int = 1) -> None:
+def _wrong_packed_self_attention(mha, X, valid_lens, order=(0, 1, 2), packing="blocks",
+                                 merge="transpose", project_out=True, keep="heads",
+                                 split="heads first", **weights):
+    """Notebook 04's PackedSelfAttention (outputs, weights) with mha's weights, right by
+    default; each other value of an argument is a classic mistake."""
+    B, T, d_model = X.shape
+    h = mha.num_heads
+    d_k = d_model // h
+    W_qkv = torch.cat([mha.W_q.weight, mha.W_k.weight, mha.W_v.weight])  # (3 d_model, d_model)
+    packed = X @ W_qkv.T  # (B, T, 3 d_model)
+    if packing == "per head":  # read as each head's q, k and v side by side
+        chunks = packed.reshape(B, T, h, 3, d_k).unbind(3)
+        chunks = [c.reshape(B, T, d_model) for c in chunks]
+    else:
+        chunks = packed.chunk(3, dim=-1)
+    Q, K, V = (_split(chunks[i], h, split) for i in order)
+    A = _head_weights(Q, K, valid_lens, **weights)  # (B, h, T, T)
+    heads = A @ V  # (B, h, T, d_k)
+    merged = (heads.reshape(B, T, d_model) if merge == "reshape"
+              else heads.transpose(1, 2).reshape(B, T, d_model))
+    output = merged @ mha.W_o.weight.T if project_out else merged
+    kept = {"heads": A, "folded": A.reshape(B * h, T, T), "mean": A.mean(dim=1),
+            "transposed": A.transpose(-2, -1)}.get(keep)
+    if keep == "unmasked":  # the output masked, the weights kept before the mask
+        kept = _head_weights(Q, K, None, **weights)
+    return output, kept
+
+
+_PACKED_SELF_ATTENTION_MISTAKES = {
+    "Your queries, keys and values are cut out of W_qkv's outputs in another order: they come as "
+    "queries, then keys, then values.": tuple(
+        partial(_wrong_packed_self_attention, order=order)
+        for order in itertools.permutations(range(3)) if order != (0, 1, 2)),
+    "Your packed outputs are read as each head's query, key and value side by side: W_qkv's "
+    "outputs are all the queries (d_model features), then all the keys, then all the values.":
+        partial(_wrong_packed_self_attention, packing="per head"),
+    **_per_head_mistakes(_wrong_packed_self_attention, module=True),
+    "Your heads' outputs are put side by side without moving the head axis back: a plain "
+    "reshape of (B, h, T, d_k) mixes the positions into the features.":
+        partial(_wrong_packed_self_attention, merge="reshape"),
+    "Your output is not projected by W_o: the heads' outputs, side by side, go through it.":
+        partial(_wrong_packed_self_attention, project_out=False),
+    "Your attention_weights fold the heads into the batch (B*h, T, T): keep them as (B, h, T, "
+    "T).": partial(_wrong_packed_self_attention, keep="folded"),
+    "Your attention_weights are averaged over the heads: keep every head's, (B, h, T, T).":
+        partial(_wrong_packed_self_attention, keep="mean"),
+    "Your attention_weights are transposed: row i holds query i's weights over the keys.":
+        partial(_wrong_packed_self_attention, keep="transposed"),
+}
+
+
+def check_packed_self_attention(cls: type, seed: int = 0, hint: int = 1, *,
+                                verbose: bool = False) -> None:
     """cls(d_model, num_heads): multi-head self-attention with one packed projection
     ``W_qkv = nn.Linear(d_model, 3 * d_model, bias=False)`` (output features: queries, then keys,
     then values) and ``W_o = nn.Linear(d_model, d_model, bias=False)``; ``forward(X, valid_lens)``
@@ -141,4 +483,9 @@ def check_packed_self_attention(cls: type, seed: int = 0, hint: int = 1) -> None
                      "axis next to the batch axis, scale the scores by sqrt(d_k), give every head "
                      "of sequence b the lengths of b, use d2lh.masked_softmax (a row with no valid "
                      "key stays 0), then put the heads' outputs side by side again before W_o."),
-              hint=hint)
+              hint=hint, mistakes=_PACKED_SELF_ATTENTION_MISTAKES, verbose=verbose)
+
+
+MISTAKES = {"check_per_head_weights": _PER_HEAD_WEIGHTS_MISTAKES,
+            "check_to_torch_multihead": _TO_TORCH_MULTIHEAD_MISTAKES,
+            "check_packed_self_attention": _PACKED_SELF_ATTENTION_MISTAKES}  # for the tests

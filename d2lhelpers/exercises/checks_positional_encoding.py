@@ -5,20 +5,99 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import nn
 
-from ..attention import masked_softmax
+from ..attention import masked_softmax, valid_lens_to_mask
 from ..positional import PositionalEncoding
 from .cases import (MASK_KINDS, case_label, labelled, randn, random_choice, random_sizes,
                     seeded_generator, size_text, valid_lens_case)
-from .runner import run_check
+from .runner import Symptom, run_check
 
 __all__ = ['check_sinusoidal_table', 'check_shift_matrix', 'check_relative_self_attention']
 
 
-def check_sinusoidal_table(fn: Callable, seed: int = 0, hint: int = 1) -> None:
+# The classic mistakes, each as the function that makes it ----------------------------------------
+
+def _omega(d: int, count: int, exponent: str = "2j") -> torch.Tensor:
+    """The first ``count`` frequencies omega_j = 1 / 10000^(2j / d), float64; the other
+    ``exponent`` are mistakes."""
+    j = torch.arange(count, dtype=torch.float64)
+    power = {"2j": 2 * j / d, "j": j / d, "4j": 4 * j / d, "-2j": -2 * j / d}[exponent]
+    return 1 / 10000 ** power
+
+
+def _wrong_table(max_len, d, exponent="2j", layout="interleave", first="sin", start=0,
+                 cosine_own_index=False, odd="sine"):
+    i = torch.arange(start, start + max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
+    omega = _omega(d, (d + 1) // 2, exponent)  # (ceil(d/2),)
+    sines = torch.sin(i * omega)
+    if cosine_own_index:  # column 2j+1 with the exponent of its own index, (2j+1)/d
+        cosines = torch.cos(i / 10000 ** (torch.arange(1, d + 1, 2, dtype=torch.float64) / d))
+    else:
+        cosines = torch.cos(i * omega)
+    if first == "cos":
+        sines, cosines = cosines, sines
+    if layout == "halves":
+        return torch.cat([sines, cosines], dim=1)[:, :d]
+    P = torch.zeros(max_len, d, dtype=torch.float64)
+    P[:, 0::2] = sines
+    P[:, 1::2] = cosines[:, : d // 2]
+    if odd == "zero" and d % 2:
+        P[:, -1] = 0.0
+    return P
+
+
+def _other_frequencies(P, max_len, d) -> bool:
+    """Whether the table alternates sin(i w_j) and cos(i w_j), with frequencies w_j other than
+    1 / 10000^(2j/d)."""
+    P = torch.as_tensor(P).double()
+    if tuple(P.shape) != (max_len, d) or max_len < 2:
+        return False
+    i = torch.arange(max_len, dtype=torch.float64)[:, None]
+    if d == 1:  # a sine alone: its angle at position 1 (a small one)
+        w = torch.asin(P[1, :1].clamp(-1, 1))
+    else:  # each pair's angle at position 1, in (-pi, pi]
+        w = torch.atan2(P[1, 0:2 * (d // 2):2], P[1, 1::2])
+    right = 1 / 10000 ** (torch.arange(0, 2 * len(w), 2, dtype=torch.float64) / d)
+    return (not torch.allclose(w, right, atol=1e-5)
+            and torch.allclose(P[:, 0:2 * len(w):2], torch.sin(i * w), atol=1e-4)
+            and (d == 1 or torch.allclose(P[:, 1::2], torch.cos(i * w), atol=1e-4)))
+
+
+_SINUSOIDAL_TABLE_MISTAKES = {
+    "Your frequencies use the exponent j/d: pair j (columns 2j and 2j+1) uses 2j/d, the index of "
+    "its sine column.": partial(_wrong_table, exponent="j"),
+    "Your frequencies use the exponent 4j/d: pair j uses 2j/d; did you double an index that is "
+    "already 2j?": partial(_wrong_table, exponent="4j"),
+    "Your positions are multiplied by 10000^(2j/d): they are divided by it (the frequencies fall "
+    "from 1 as j grows).": partial(_wrong_table, exponent="-2j"),
+    "Your table puts all the sines first, then all the cosines: they alternate, sine in column "
+    "2j, cosine in column 2j+1.": (partial(_wrong_table, layout="halves"),
+                                   partial(_wrong_table, layout="halves", first="cos")),
+    "Your table has the cosines in the even columns and the sines in the odd ones: column 2j "
+    "holds the sine.": partial(_wrong_table, first="cos"),
+    "Your cosine columns use their own index in the exponent, (2j+1)/d: the cosine of column "
+    "2j+1 shares the frequency of the sine before it.": partial(_wrong_table,
+                                                               cosine_own_index=True),
+    "Your positions start at 1: row i of the table is position i, counting from 0.":
+        partial(_wrong_table, start=1),
+    "Your last column of an odd width is 0: it holds a sine (without a cosine partner).":
+        partial(_wrong_table, odd="zero"),
+    "Your table works for even widths only: with an odd d, the last column is a sine without its "
+    "cosine partner, one more sine than cosines.": Symptom(
+        lambda result, max_len, d: isinstance(result, Exception) and d % 2 == 1),
+    "Your table alternates sines and cosines, but not at the frequencies 1 / 10000^(2j/d): check "
+    "the base, the exponent, and that the angles are in radians.": Symptom(_other_frequencies),
+    "Your table is transposed, (d, max_len): one row per position, (max_len, d), is expected.":
+        lambda max_len, d: _wrong_table(max_len, d).T,
+}
+
+
+def check_sinusoidal_table(fn: Callable, seed: int = 0, hint: int = 1, *,
+                           verbose: bool = False) -> None:
     """fn(max_len, d) -> the sinusoidal table P (max_len, d), for any width d (odd included):
     P[i, 2j] = sin(i / 10000^(2j/d)), P[i, 2j+1] = cos(i / 10000^(2j/d))."""
 
@@ -37,7 +116,7 @@ def check_sinusoidal_table(fn: Callable, seed: int = 0, hint: int = 1) -> None:
                      "omega_j = 1 / 10000^(2j / d): the exponent uses 2j, the column index of the "
                      "sine. Interleave them (P[:, 0::2], P[:, 1::2]); with an odd d the last sine "
                      "has no cosine partner."),
-              hint=hint)
+              hint=hint, mistakes=_SINUSOIDAL_TABLE_MISTAKES, verbose=verbose)
 
 
 def _shift_matrix(delta: int, d: int) -> torch.Tensor:
@@ -49,7 +128,51 @@ def _shift_matrix(delta: int, d: int) -> torch.Tensor:
     return torch.block_diag(*blocks)
 
 
-def check_shift_matrix(fn: Callable, seed: int = 0, hint: int = 1) -> None:
+def _wrong_shift_matrix(delta, d, turn=1, exponent="2j", angle="delta omega", offset=None):
+    """M_delta, right by default; each other value of an argument is a classic mistake. turn -1
+    rotates the other way (M_-delta, the transpose); angle: "omega" forgets delta, "delta" forgets
+    omega."""
+    delta = delta if offset is None else offset(delta)
+    omega = _omega(d, d // 2, exponent)
+    theta = {"delta omega": delta * omega, "omega": omega,
+             "delta": torch.full_like(omega, float(delta))}[angle]
+    cos, sin = torch.cos(theta), turn * torch.sin(theta)
+    blocks = torch.stack([torch.stack([cos, sin], -1), torch.stack([-sin, cos], -1)], -2)
+    return torch.block_diag(*blocks)  # (d, d)
+
+
+def _not_in_pairs(M, delta, d) -> bool:
+    """Whether a (d, d) matrix has entries outside the 2x2 blocks of the pairs of columns."""
+    M = torch.as_tensor(M)
+    pairs = torch.arange(d) // 2
+    outside = pairs[:, None] != pairs[None, :]
+    return tuple(M.shape) == (d, d) and bool((M[outside].abs() > 1e-6).any())
+
+
+_SHIFT_MATRIX_MISTAKES = {
+    "You return the blocks, (d/2, 2, 2): M_delta places them on the diagonal of a (d, d) "
+    "matrix.": Symptom(lambda M, delta, d: tuple(torch.as_tensor(M).shape) == (d // 2, 2, 2)),
+    "Your matrix has entries outside the 2x2 blocks of the pairs (columns 2j and 2j+1): M_delta "
+    "is block diagonal, one rotation per pair.": Symptom(_not_in_pairs),
+    "Your blocks rotate the other way, shifting back by delta: check the signs of the sines "
+    "against p_(i+delta) = M p_i.": partial(_wrong_shift_matrix, turn=-1),
+    "Your frequencies use the exponent j/d: block j turns by delta * omega_j, omega_j = 1 / "
+    "10000^(2j/d).": partial(_wrong_shift_matrix, exponent="j"),
+    "Your frequencies use the exponent 4j/d: block j uses 2j/d; did you double an index that is "
+    "already 2j?": partial(_wrong_shift_matrix, exponent="4j"),
+    "Your frequencies grow with j (10000^(2j/d)): omega_j = 1 / 10000^(2j/d) falls from 1.":
+        partial(_wrong_shift_matrix, exponent="-2j"),
+    "Your blocks turn by omega_j alone: the angle of a shift by delta is delta * omega_j.":
+        partial(_wrong_shift_matrix, angle="omega"),
+    "Your blocks all turn by delta: block j turns by delta * omega_j, each at its own frequency.":
+        partial(_wrong_shift_matrix, angle="delta"),
+    "Your matrix ignores the sign of delta: a negative offset shifts back.":
+        partial(_wrong_shift_matrix, offset=abs),
+}
+
+
+def check_shift_matrix(fn: Callable, seed: int = 0, hint: int = 1, *,
+                       verbose: bool = False) -> None:
     """fn(delta, d) -> M_delta (d, d) for an even width d: the block-diagonal matrix of the 2x2
     rotations by delta * omega_j that maps every row p_i of the sinusoidal table to p_{i+delta}."""
     generator = seeded_generator(seed)
@@ -66,7 +189,7 @@ def check_shift_matrix(fn: Callable, seed: int = 0, hint: int = 1) -> None:
                      "w_j)]] with w_j = 1 / 10000^(2j / d), placed on the diagonal "
                      "(torch.block_diag); check that M @ p_i equals p_(i+delta) on the table of "
                      "section 3."),
-              hint=hint)
+              hint=hint, mistakes=_SHIFT_MATRIX_MISTAKES, verbose=verbose)
 
 
 class _ReferenceRelativeAttention(nn.Module):
@@ -91,7 +214,100 @@ def _relative_self_attention(module: nn.Module, X: torch.Tensor, valid_lens) -> 
     return weights @ module.W_v(X), weights
 
 
-def check_relative_self_attention(cls: type, seed: int = 0, hint: int = 1) -> None:
+def _wrong_relative_attention(d_model, max_distance, parameters, X, valid_lens, offsets="j - i",
+                              clip=True, bias_at="scores", scale="d", mask="lengths", axis=-1,
+                              keep="weights"):
+    """(outputs, weights) of the exercise's module, right by default; each other value of an
+    argument is a classic mistake."""
+    T = X.shape[1]
+    positions = torch.arange(T)
+    delta = positions[None, :] - positions[:, None]  # (T_q, T_k): key j minus query i
+    if offsets == "i - j":
+        delta = -delta
+    if clip == "one short":
+        delta = delta.clamp(-max_distance + 1, max_distance - 1)
+    elif clip:
+        delta = delta.clamp(-max_distance, max_distance)
+    index = {"unshifted": delta,  # negative offsets wrap around to the end of the table
+             "unshifted, clamped": delta.clamp(0, 2 * max_distance)}.get(offsets,
+                                                                         delta + max_distance)
+    bias = parameters["relative_bias"][index]  # (T, T)
+    Q, K, V = (X @ parameters[name].T for name in ("W_q", "W_k", "W_v"))
+    scores = Q @ K.transpose(1, 2)
+    divisor = {"d": math.sqrt(d_model), "none": 1.0, "T": math.sqrt(T), "d itself": d_model}[scale]
+    if bias_at == "scores":
+        scores = scores / divisor + bias
+    elif bias_at == "scaled scores":
+        scores = (scores + bias) / divisor
+    else:
+        scores = scores / divisor
+    allowed = None if valid_lens is None or mask == "none" else \
+        valid_lens_to_mask(valid_lens, T, T)
+    if mask == "after" and allowed is not None:  # zeroed after the softmax, not renormalised
+        weights = torch.softmax(scores, dim=-1) * allowed
+        return weights @ V, weights
+    if axis != -1:
+        weights = torch.softmax(scores if allowed is None else scores.masked_fill(
+            ~allowed, -math.inf), dim=axis)
+    elif mask in ("-inf", "finite") and allowed is not None:
+        weights = torch.softmax(scores.masked_fill(~allowed, -math.inf if mask == "-inf"
+                                                   else -1e9), dim=-1)
+    else:
+        weights = masked_softmax(scores, None if allowed is None else valid_lens)
+    if bias_at == "weights":
+        weights = weights + bias
+    return weights @ V, (weights.transpose(1, 2) if keep == "transposed" else weights)
+
+
+def _raises_where_offsets_exceed(result, d_model, max_distance, parameters, X, valid_lens):
+    """Whether the function raised an IndexError on a case with offsets beyond max_distance."""
+    return isinstance(result, (IndexError, RuntimeError)) and X.shape[1] - 1 > max_distance
+
+
+_RELATIVE_SELF_ATTENTION_MISTAKES = {
+    "Your offsets are i - j (query minus key): the bias of query i and key j is that of the "
+    "offset j - i, key minus query.": partial(_wrong_relative_attention, offsets="i - j"),
+    "Your offsets are not clipped to [-max_distance, max_distance]: keys further away than "
+    "max_distance share the bias of the largest offset.": (
+        Symptom(_raises_where_offsets_exceed), partial(_wrong_relative_attention, clip=False)),
+    "Your offsets are clipped one short: they are clipped to [-max_distance, max_distance], "
+    "both ends included.": partial(_wrong_relative_attention, clip="one short"),
+    "Your offsets index relative_bias without the shift by max_distance: entry 0 holds the bias "
+    "of offset -max_distance.": (
+        partial(_wrong_relative_attention, offsets="unshifted"),
+        partial(_wrong_relative_attention, offsets="unshifted, clamped")),
+    "Your bias is added to the weights after the softmax: it is added to the scores before it.":
+        partial(_wrong_relative_attention, bias_at="weights"),
+    "Your scores carry no relative bias: each score adds the bias of its offset.":
+        partial(_wrong_relative_attention, bias_at="none"),
+    "Your bias is divided by sqrt(d_model) with the scores: only q . k is scaled; the bias is "
+    "added after.": partial(_wrong_relative_attention, bias_at="scaled scores"),
+    "Your scores are not scaled: q . k is divided by sqrt(d_model) before the bias is added.":
+        partial(_wrong_relative_attention, scale="none"),
+    "Your scores are divided by the square root of the number of tokens: the scale is "
+    "sqrt(d_model).": partial(_wrong_relative_attention, scale="T"),
+    "Your scores are divided by d_model itself (sqrt(d_model) twice?): q . k is divided by "
+    "sqrt(d_model).": partial(_wrong_relative_attention, scale="d itself"),
+    "Your weights ignore valid_lens: the padded keys must get weight 0.":
+        partial(_wrong_relative_attention, mask="none"),
+    "Your weights are zeroed on the padding after the softmax, without renormalising: they no "
+    "longer sum to 1 (mask the scores before the softmax).":
+        partial(_wrong_relative_attention, mask="after"),
+    "Your weights hold NaN for a sequence with no valid key (softmax of a row of -inf): such a row "
+    "must be all 0, as d2lh.masked_softmax gives.": partial(_wrong_relative_attention,
+                                                           mask="-inf"),
+    "Your weights spread a sequence with no valid key evenly over its keys (a finite fill such "
+    "as -1e9): such a row must be all 0, as d2lh.masked_softmax gives.":
+        partial(_wrong_relative_attention, mask="finite"),
+    "Each column of your weights sums to 1, over the queries: each query's weights must sum to 1 "
+    "over the keys.": partial(_wrong_relative_attention, axis=-2),
+    "Your attention_weights are transposed: row i holds query i's weights over the keys.":
+        partial(_wrong_relative_attention, keep="transposed"),
+}
+
+
+def check_relative_self_attention(cls: type, seed: int = 0, hint: int = 1, *,
+                                  verbose: bool = False) -> None:
     """cls(d_model, max_distance): one head of self-attention with a learned bias for each
     relative offset: score[i, j] = q_i . k_j / sqrt(d_model) + relative_bias[max_distance + delta],
     delta = j - i clipped to [-max_distance, max_distance]. It holds ``W_q``, ``W_k``, ``W_v``
@@ -149,4 +365,9 @@ def check_relative_self_attention(cls: type, seed: int = 0, hint: int = 1) -> No
                      "[-max_distance, max_distance], shift it by max_distance to index "
                      "relative_bias, and add that bias to the scaled scores before "
                      "d2lh.masked_softmax."),
-              hint=hint)
+              hint=hint, mistakes=_RELATIVE_SELF_ATTENTION_MISTAKES, verbose=verbose)
+
+
+MISTAKES = {"check_sinusoidal_table": _SINUSOIDAL_TABLE_MISTAKES,
+            "check_shift_matrix": _SHIFT_MATRIX_MISTAKES,
+            "check_relative_self_attention": _RELATIVE_SELF_ATTENTION_MISTAKES}  # for the tests

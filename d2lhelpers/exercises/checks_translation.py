@@ -4,9 +4,11 @@ log-probability of given translations."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
+from ..attention import sequence_mask
 from ..decoding import greedy_decode, sequence_log_prob
 from ..transformer import Transformer
 from .cases import case_label, randint, random_lengths, seeded_generator, seeded_module
@@ -49,7 +51,76 @@ def _finishing_case(generator, B: int, max_len: int, norm_first: bool, bos: int,
     raise RuntimeError("no suitable random model found: change the seed")
 
 
-def check_cached_greedy_decode(fn: Callable, seed: int = 0, hint: int = 1) -> None:
+# The classic mistakes, each as the function that makes it ----------------------------------------
+
+@torch.no_grad()
+def _wrong_greedy_decode(model, src, src_valid_lens, bos, eos, max_len, keep_bos=False,
+                         stop="all finished", hold_eos=True, feed="newest", steps=0):
+    """Greedy decoding with the cache, right by default; each other value of an argument is a
+    classic mistake. feed: "prefix" feeds every token so far to the cached state at each step,
+    "fresh state" feeds the newest token to a new state each time. steps: tokens more (or fewer)
+    than max_len at most."""
+    model.eval()
+    enc_outputs = model.encoder(src, src_valid_lens)
+    state = model.decoder.init_state(enc_outputs, src_valid_lens)
+    tokens = torch.full((src.shape[0], 1), bos)
+    finished = torch.zeros(src.shape[0], dtype=torch.bool)
+    for _ in range(max_len + steps):
+        if feed == "fresh state":
+            state = model.decoder.init_state(enc_outputs, src_valid_lens)
+        fed = tokens if feed == "prefix" else tokens[:, -1:]
+        new = model.decoder.step(fed, state)[:, -1].argmax(dim=-1)  # (B,)
+        if hold_eos:
+            new = new.masked_fill(finished, eos)
+        ending = finished | (new == eos)
+        if stop == "before the last <eos>" and ending.all():
+            break
+        tokens, finished = torch.cat([tokens, new[:, None]], dim=1), ending
+        if (stop == "all finished" and finished.all()) or (stop == "any finished"
+                                                           and finished.any()):
+            break
+    return tokens if keep_bos else tokens[:, 1:]
+
+
+_CACHED_GREEDY_DECODE_MISTAKES = {
+    "Your tokens start with <bos>: the exercise returns the generated tokens only, <bos> left "
+    "out.": partial(_wrong_greedy_decode, keep_bos=True),
+    "Your loop runs to max_len even after every sentence has produced <eos>: it stops as soon as "
+    "all have finished.": partial(_wrong_greedy_decode, stop="never"),
+    "Your loop stops when the first sentence finishes: it stops when every sentence has produced "
+    "<eos>.": partial(_wrong_greedy_decode, stop="any finished"),
+    "Your loop stops before appending the <eos> that finishes the last sentence: that <eos> is "
+    "part of the output.": partial(_wrong_greedy_decode, stop="before the last <eos>"),
+    "Your finished sentences go on with other tokens: once a sentence has produced <eos>, it "
+    "keeps emitting <eos>.": (partial(_wrong_greedy_decode, hold_eos=False),
+                              partial(_wrong_greedy_decode, hold_eos=False, stop="never")),
+    "Your steps feed the whole prefix to a state that remembers it already: with the cache, feed "
+    "only the newest token.": partial(_wrong_greedy_decode, feed="prefix"),
+    "Your steps start from a fresh state each time, so the decoder sees only the newest token: "
+    "make the state once, before the loop, and keep feeding it.":
+        partial(_wrong_greedy_decode, feed="fresh state"),
+    "Your loop makes one token too many or too few: at most max_len tokens, <bos> not counted.": (
+        partial(_wrong_greedy_decode, steps=1), partial(_wrong_greedy_decode, steps=-1)),
+}
+
+
+def _remembering_case(generator, B: int, max_len: int, bos: int, V_tgt: int):
+    """A model and a batch whose greedy tokens depend on the earlier tokens: a decoder that sees
+    only the newest token (a fresh state at every step) would give other tokens. (Small random
+    models often repeat one token, whatever came before.)"""
+    for _ in range(50):
+        model = _random_translator(generator, False)
+        src, src_valid_lens = _random_source(generator, B, 5)
+        tokens = greedy_decode(model, src, src_valid_lens, bos, V_tgt, max_len)  # no <eos>
+        forgetful = _wrong_greedy_decode(model, src, src_valid_lens, bos, V_tgt, max_len,
+                                         feed="fresh state")
+        if not torch.equal(tokens, forgetful):
+            return model, src, src_valid_lens
+    raise RuntimeError("no suitable random model found: change the seed")
+
+
+def check_cached_greedy_decode(fn: Callable, seed: int = 0, hint: int = 1, *,
+                               verbose: bool = False) -> None:
     """fn(model, src, src_valid_lens, bos, eos, max_len) -> (B, T_out) greedy tokens, <bos> left
     out, as ``d2lh.greedy_decode`` gives them: the decoder fed the newest token only, with the
     state of ``model.decoder.init_state``; finished sentences keep emitting <eos>; the loop stops
@@ -73,6 +144,10 @@ def check_cached_greedy_decode(fn: Callable, seed: int = 0, hint: int = 1) -> No
         label = (f"B={B}, src {tuple(src.shape)}, src_valid_lens={src_valid_lens.tolist()}, bos={bos}, "
                  f"eos={eos}, max_len={max_len}")
         cases.append((case_label(what, label), (model, src, src_valid_lens, bos, eos, max_len)))
+    model, src, src_valid_lens = _remembering_case(generator, 3, 8, bos, V_tgt)  # the last draws
+    cases.append((f"each token depends on the ones before it, B=3, src {tuple(src.shape)}, "
+                  f"src_valid_lens={src_valid_lens.tolist()}, bos={bos}, eos={V_tgt}, max_len=8",
+                  (model, src, src_valid_lens, bos, V_tgt, 8)))
     run_check("cached_greedy_decode", fn, cases, reference=greedy_decode,
               hints=("Compare the number of tokens you return with the expected number: when does "
                      "the loop stop, and what do finished sentences emit meanwhile?",
@@ -81,10 +156,63 @@ def check_cached_greedy_decode(fn: Callable, seed: int = 0, hint: int = 1) -> No
                      "state) and take the argmax of the last position; set the finished rows' token "
                      "to eos before appending; stop when all rows are finished. Return only the "
                      "generated tokens, without the <bos> column."),
-              hint=hint)
+              hint=hint, mistakes=_CACHED_GREEDY_DECODE_MISTAKES, verbose=verbose)
 
 
-def check_translation_log_prob(fn: Callable, seed: int = 0, hint: int = 1) -> None:
+@torch.no_grad()
+def _wrong_log_prob(model, src, src_valid_lens, tokens, bos, eos, shift=True, count="to the first",
+                    reduce="sum", softmax_dim=-1, lengths_of="counted", scored="tokens"):
+    """log P(tokens | src) and lengths by teacher forcing, right by default; each other value of
+    an argument is a classic mistake. count: which positions of a row count."""
+    model.eval()
+    B, T = tokens.shape
+    dec_input = torch.cat([torch.full((B, 1), bos), tokens[:, :-1]], dim=1) if shift else tokens
+    log_p = torch.log_softmax(model(src, src_valid_lens, dec_input), dim=softmax_dim)
+    scored = tokens if scored == "tokens" else dec_input  # the input: the tokens shifted
+    token_log_p = log_p.gather(2, scored[..., None]).squeeze(2)  # (B, T)
+    is_eos = tokens == eos
+    first = torch.where(is_eos.any(1), is_eos.int().argmax(1), T)  # the first <eos>, or T
+    last = torch.where(is_eos.any(1), T - 1 - is_eos.flip(1).int().argmax(1), T)
+    lengths = {"to the first": torch.where(is_eos.any(1), first + 1, T),
+               "before the first": first, "all": torch.full((B,), T),
+               "to the last": torch.where(is_eos.any(1), last + 1, T)}[count]
+    counted = sequence_mask(lengths, T)
+    sums = torch.where(counted, token_log_p, 0.0).sum(dim=1)
+    if reduce == "mean":
+        sums = sums / lengths.clamp(min=1)
+    right = torch.where(is_eos.any(1), first + 1, T)
+    return sums, {"counted": lengths, "T": torch.full((B,), T), "right": right,
+                  "one more": right + 1, "one fewer": right - 1}[lengths_of]
+
+
+_TRANSLATION_LOG_PROB_MISTAKES = {
+    "Your decoder input is not shifted right: to predict tokens[:, t] the decoder sees <bos> and "
+    "the tokens before t, never token t itself.": partial(_wrong_log_prob, shift=False),
+    "Your log-probabilities count the tokens after the first <eos>: a row ends at its first "
+    "<eos>.": (partial(_wrong_log_prob, count="all"),
+               partial(_wrong_log_prob, count="all", lengths_of="right")),
+    "Your log-probabilities count up to the last <eos>: a row ends at its first one.":
+        partial(_wrong_log_prob, count="to the last"),
+    "Your log-probabilities leave out the <eos> itself: a row counts up to its first <eos>, "
+    "included (the model is scored for ending there).": partial(_wrong_log_prob,
+                                                                count="before the first"),
+    "Your log-probabilities are averaged over the tokens: log P(y | x) is their sum.":
+        partial(_wrong_log_prob, reduce="mean"),
+    "Your log-probabilities are those of the decoder's input tokens (<bos> and the tokens "
+    "before t): position t predicts tokens[:, t] itself.": partial(_wrong_log_prob,
+                                                                 scored="input"),
+    "Your softmax normalises over the positions: each position's log-probabilities are over "
+    "the vocabulary, the last axis.": partial(_wrong_log_prob, softmax_dim=1),
+    "Your lengths are T_out for every row: a row's length counts its tokens up to its first "
+    "<eos>, included.": partial(_wrong_log_prob, lengths_of="T"),
+    "Your lengths are off by one: a row's length counts its tokens up to its first <eos>, that "
+    "<eos> included.": (partial(_wrong_log_prob, lengths_of="one more"),
+                        partial(_wrong_log_prob, lengths_of="one fewer")),
+}
+
+
+def check_translation_log_prob(fn: Callable, seed: int = 0, hint: int = 1, *,
+                               verbose: bool = False) -> None:
     """fn(model, src, src_valid_lens, tokens, bos, eos) -> (log_probs, lengths), each (B,): the
     log-probability log P(y | x) that the model gives each row of ``tokens`` (B, T_out, no <bos>),
     by teacher forcing, counting each row up to its first <eos> included (all T_out tokens if it
@@ -116,4 +244,8 @@ def check_translation_log_prob(fn: Callable, seed: int = 0, hint: int = 1) -> No
                          "and sum over the positions up to the first <eos>, included (all of them if "
                          "the row has none), selecting them with a mask rather than multiplying. "
                          "Return the sums and the lengths counted."),
-                  hint=hint)
+                  hint=hint, mistakes=_TRANSLATION_LOG_PROB_MISTAKES, verbose=verbose)
+
+
+MISTAKES = {"check_cached_greedy_decode": _CACHED_GREEDY_DECODE_MISTAKES,
+            "check_translation_log_prob": _TRANSLATION_LOG_PROB_MISTAKES}  # for the tests

@@ -1,6 +1,16 @@
 """Running a check: the learner's function against a reference, on every case, and a failure
-message that teaches: the input, the learner's own return value against the expected one, and
-hints that nudge before they tell (the first step by default; ``hint=2`` on a check shows two).
+message that teaches: the mistake by name when the check recognises it, the input that failed,
+the learner's own result against the expected one, and hints that nudge before they tell (the
+first step by default; ``hint=2`` on a check shows two).
+
+A failure fits on a screen: inputs and results are summarised (kinds, shapes, a few values; where
+and how many values differ, and the worst of them); ``verbose=True`` shows them in full, and the
+raised error keeps the full version in ``details`` either way.
+
+Mistakes are recognised by what the learner's function does, never guessed: each check passes a
+catalogue of the classic mistakes of its exercise (``mistakes``), each a wrong reference (what the
+function returns when it makes that mistake) or a :class:`Symptom` (a property its results show).
+A mistake is named only when it explains the learner's results on every case of the check.
 
 In Jupyter a failed check shows its message, and the frames of the learner's own code when that
 code raised, but no line of the checking code: the checks hold the reference implementations.
@@ -13,22 +23,30 @@ code in the notebook can have patched.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
+import inspect
+import io
+import itertools
 import math
 import pathlib
+import re
 import sys
+import textwrap
 import traceback
 import uuid
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 
-__all__ = ["ExerciseCheckFailed", "check_afresh", "run_check"]
+__all__ = ["ExerciseCheckFailed", "Symptom", "check_afresh", "run_check"]
 
 _CHECKS_DIR = pathlib.Path(__file__).resolve().parent  # d2lhelpers/exercises
+_WIDTH = 100  # the width a message is wrapped to
+_VALUES_WIDTH = 84  # the width of a summary of values, after its label ("  expected: ")
 
 
 class ExerciseCheckFailed(AssertionError):
@@ -36,12 +54,17 @@ class ExerciseCheckFailed(AssertionError):
 
     An ``AssertionError``, so that nbgrader counts it as a failed test. In IPython it renders as
     its message, preceded by the traceback of ``learner_error`` (the learner's own exception, if
-    any) without the frames of the checking code.
+    any) without the frames of the checking code. ``diagnosis``: the sentence naming the mistake
+    the check recognised (the message's first line), or None. ``details``: the message with the
+    input and the results in full (the message itself when the check ran with ``verbose=True``).
     """
 
-    def __init__(self, message: str, learner_error: BaseException | None = None):
+    def __init__(self, message: str, learner_error: BaseException | None = None, *,
+                 diagnosis: str | None = None, details: str | None = None):
         super().__init__(message)
         self.learner_error = learner_error
+        self.diagnosis = diagnosis
+        self.details = message if details is None else details
 
     def _render_traceback_(self) -> list[str]:
         """What IPython shows instead of the full traceback (IPython's protocol)."""
@@ -55,13 +78,153 @@ class ExerciseCheckFailed(AssertionError):
         return [*"".join(lines).splitlines(), f"{type(self).__name__}: {self}"]
 
 
+class Symptom:
+    """A classic mistake recognised by a property of the learner's results, where no single wrong
+    reference gives them (e.g. "each column of the weights sums to 1": the softmax over the wrong
+    axis, whatever else the function does).
+
+    ``predicate(result, *args)`` says whether ``result``, what the learner's function returned on
+    the case ``args`` (or the exception it raised), shows the mistake; an exception inside the
+    predicate counts as no. The symptom explains a failure when it holds on every case the
+    function fails, and there is at least one.
+    """
+
+    def __init__(self, predicate: Callable[..., bool]):
+        if not callable(predicate):
+            raise ValueError(f"predicate must be a function, got {type(predicate).__name__}")
+        self.predicate = predicate
+
+
+# Summaries of values -----------------------------------------------------------------------------
+
+def _number(x) -> str:
+    """A number in at most 4 significant digits (whole numbers as they are)."""
+    if isinstance(x, (bool, np.bool_)):
+        return str(bool(x))
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    return f"{float(x):.4g}"
+
+
+def _nested(values, width: int) -> str | None:
+    """A small array of values as nested brackets, or None if it does not fit in ``width``."""
+    if values.ndim == 0:
+        return _number(values.item())
+    if values.size > 64:
+        return None
+    text = "[" + ", ".join(_nested(v, width) or "..." for v in values) + "]"
+    return text if len(text) <= width and "..." not in text else None
+
+
+def _values_brief(array: np.ndarray, width: int) -> str:
+    """The values of an array in at most about ``width`` characters: nested brackets when they fit,
+    else its first values, flattened."""
+    nested = _nested(array, width)
+    if nested is not None:
+        return nested
+    shown, length = [], 0
+    for value in array.flatten()[:64]:
+        text = _number(value.item())
+        if length + len(text) + 2 > width - 20:  # room for the end, ", ...] (flattened)"
+            break
+        shown.append(text)
+        length += len(text) + 2
+    return f"[{', '.join(shown)}, ...] (flattened)"
+
+
+def _kind(value) -> str:
+    """A value's kind, shape and dtype, e.g. "tensor (2, 3) float32"."""
+    if isinstance(value, torch.Tensor):
+        return f"tensor {tuple(value.shape)} {str(value.dtype).removeprefix('torch.')}"
+    if isinstance(value, np.ndarray):
+        return f"array {value.shape} {value.dtype}"
+    if isinstance(value, torch.nn.Module):
+        text = f"a {type(value).__name__}"
+        return text + (f" (batch_first={value.batch_first})" if hasattr(value, "batch_first")
+                       else "")
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return type(value).__name__
+
+
+def _brief(value, width: int = _VALUES_WIDTH) -> str:
+    """A one-line summary of an input or a result, in about ``width`` characters: kind, shape,
+    dtype and, as far as they fit, values."""
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        array = value.detach().cpu() if isinstance(value, torch.Tensor) else value
+        if isinstance(array, torch.Tensor):
+            if array.dtype in (torch.bfloat16, torch.float16):
+                array = array.float()
+            array = array.numpy()
+        kind = _kind(value)
+        if array.size == 0:
+            return f"{kind} (empty)"
+        room = width - len(kind) - 2
+        values = _nested(array, room) or (_values_brief(array, room) if room >= 40 else None)
+        return kind if values is None else f"{kind}: {values}"
+    if isinstance(value, (tuple, list)):
+        brackets = "()" if isinstance(value, tuple) else "[]"
+        return brackets[0] + _briefs(list(value), None, width - 2) + brackets[1]
+    if isinstance(value, torch.nn.Module):
+        return _kind(value)
+    if isinstance(value, (float, np.floating, int, np.integer, bool)):
+        return _number(value)
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _brief_kind(value) -> str:
+    """A value's kind and shape only (its value too when it is a number or a short repr)."""
+    if isinstance(value, (torch.Tensor, np.ndarray, torch.nn.Module, tuple, list)):
+        return _kind(value)
+    return _brief(value, 24)
+
+
+def _briefs(values: list, names: list[str] | None, width: int) -> str:
+    """Several values summarised side by side in about ``width`` characters (``name=`` before
+    each, given names): kinds and shapes first, then values, argument by argument, while they
+    fit."""
+    labels = [f"{name}=" for name in names] if names else [""] * len(values)
+    parts = [label + _brief(v, 0) for label, v in zip(labels, values)]
+    for i, (label, value) in enumerate(zip(labels, values)):
+        room = width - (sum(map(len, parts)) + 2 * len(parts) - len(parts[i]))
+        fuller = label + _brief(value, min(room, 60) - len(label))
+        if len(fuller) <= room:
+            parts[i] = fuller
+    return ", ".join(parts)
+
+
+def _argument_names(reference: Callable, count: int) -> list[str] | None:
+    """The names of the first ``count`` parameters of ``reference`` (None if it has no such
+    plain signature): an input is shown as name=value."""
+    try:
+        parameters = list(inspect.signature(reference).parameters.values())[:count]
+    except (TypeError, ValueError):
+        return None
+    if len(parameters) < count or any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                                      for p in parameters):
+        return None
+    return [p.name for p in parameters]
+
+
+def _differing_part(got, expected, atol: float, rtol: float, label: str = ""):
+    """The part of a result where it first differs from the expected one (result i of a tuple),
+    with its label, e.g. ("result 1 of 2: ", got[1], expected[1])."""
+    if (isinstance(expected, tuple) and isinstance(got, (tuple, list))
+            and len(got) == len(expected)):
+        for i, (g, e) in enumerate(zip(got, expected)):
+            if _compare(g, e, atol, rtol) is not None:
+                return _differing_part(g, e, atol, rtol, f"{label}result {i} of {len(expected)}: ")
+    return label, got, expected
+
+
 def _values_text(array: np.ndarray) -> str:
     """An array's values, rounded, its middle left out when it is large."""
     return np.array2string(array, precision=4, suppress_small=True, threshold=64, edgeitems=3)
 
 
 def _describe(value) -> str:
-    """A readable description of an input or a result: kind, shape, dtype and values."""
+    """A full description of an input or a result: kind, shape, dtype and values."""
     if isinstance(value, torch.Tensor):
         text = f"tensor of shape {tuple(value.shape)}, dtype {value.dtype}"
         shown = value.detach().cpu()
@@ -85,6 +248,8 @@ def _describe(value) -> str:
     return repr(value)
 
 
+# Comparing results -------------------------------------------------------------------------------
+
 def _as_tensor(value) -> torch.Tensor | None:
     """A tensor, array or number as a tensor; None for anything else."""
     if isinstance(value, torch.Tensor):
@@ -94,15 +259,36 @@ def _as_tensor(value) -> torch.Tensor | None:
     return None
 
 
-def _compare(got, expected, atol: float, rtol: float) -> str | None:
+def _differences(have: torch.Tensor, want: torch.Tensor, atol: float, rtol: float,
+                 where: str = "") -> str:
+    """Where two float64 tensors of the same shape differ: how many values, and the largest
+    difference. ``where`` says what the indices point into, when that is not the result itself."""
+    if want.dim() == 0:
+        return f"expected {want.item():.6g}, got {have.item():.6g}"
+    # equal infinities (a -inf mask entry, say) and NaN where NaN is expected count as equal
+    same = (have == want) | (have.isnan() & want.isnan())
+    differences = (have - want).abs().masked_fill(same, 0).nan_to_num(math.inf)
+    count = int((~torch.isclose(have, want, atol=atol, rtol=rtol, equal_nan=True)).sum())
+    worst = differences.flatten().argmax().item()
+    index = tuple(int(i) for i in np.unravel_index(worst, tuple(want.shape)))
+    values = f"expected {want[index].item():.6g}, got {have[index].item():.6g}"
+    if want.numel() == 1:
+        return f"its only value differs{where}: {values}"
+    if count <= 1:
+        return f"1 of {want.numel()} values differs{where}, at index {index}: {values}"
+    return (f"{count} of {want.numel()} values differ{where}; the largest difference at index "
+            f"{index}: {values}")
+
+
+def _compare(got, expected, atol: float, rtol: float, where: str = "") -> str | None:
     """None if ``got`` matches ``expected`` (a tensor, array, number or tuple of them);
     otherwise what differs. Values are compared in float64; a float64 expectation also requires
     a float64 result (the inputs' precision kept)."""
     if isinstance(expected, tuple):
         if not isinstance(got, (tuple, list)) or len(got) != len(expected):
-            return f"expected a tuple of {len(expected)} results, got {_describe(got)}"
+            return f"expected a tuple of {len(expected)} results, got {_brief_kind(got)}"
         for i, (g, e) in enumerate(zip(got, expected)):
-            problem = _compare(g, e, atol, rtol)
+            problem = _compare(g, e, atol, rtol, where)
             if problem is not None:
                 return f"result {i} of the tuple: {problem}"
         return None
@@ -115,18 +301,46 @@ def _compare(got, expected, atol: float, rtol: float) -> str | None:
     if want.dtype == torch.float64 and have.is_floating_point() and have.dtype != torch.float64:
         return f"expected dtype float64 (the precision of the inputs), got {have.dtype}"
     have, want = have.cpu().double(), want.cpu().double()
-    if not torch.isfinite(have).all() and torch.isfinite(want).all():
-        return "the result holds NaN or infinite values"
-    if not torch.allclose(have, want, atol=atol, rtol=rtol, equal_nan=True):
-        if want.dim() == 0:
-            return f"expected {want.item():.6g}, got {have.item():.6g}"
-        # equal infinities (a -inf mask entry, say) count as no difference
-        differences = (have - want).abs().masked_fill(have == want, 0)
-        worst = differences.nan_to_num(math.inf).flatten().argmax().item()
-        index = tuple(int(i) for i in np.unravel_index(worst, tuple(want.shape)))
-        return (f"values differ: at index {index} expected {want[index].item():.6g}, "
-                f"got {have[index].item():.6g}")
-    return None
+    if torch.allclose(have, want, atol=atol, rtol=rtol, equal_nan=True):
+        return None
+    nan = have.isnan() & ~want.isnan()
+    if nan.any():
+        first = tuple(int(i) for i in nan.nonzero()[0])
+        return (f"the result holds NaN at {int(nan.sum())} of {want.numel()} places (the first "
+                f"at index {first}, where {want[first].item():.6g} was expected)")
+    return _differences(have, want, atol, rtol, where)
+
+
+def _close(a, b, atol: float, rtol: float) -> bool:
+    """Whether two results hold the same values (tuples element by element), whatever their
+    dtypes: equal infinities and NaN where NaN count as equal."""
+    if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
+        return (isinstance(a, (tuple, list)) and isinstance(b, (tuple, list))
+                and len(a) == len(b) and all(_close(x, y, atol, rtol) for x, y in zip(a, b)))
+    if isinstance(a, torch.nn.Module) or isinstance(b, torch.nn.Module):
+        return _same_module(a, b, atol, rtol)
+    x, y = _as_tensor(a), _as_tensor(b)
+    if x is None or y is None:
+        return a is b
+    if x.shape != y.shape:
+        return False
+    if x.dtype == torch.bool or y.dtype == torch.bool:
+        x, y = x.to(torch.int64), y.to(torch.int64)
+    return bool(torch.allclose(x.cpu().double(), y.cpu().double(), atol=atol, rtol=rtol,
+                               equal_nan=True))
+
+
+def _same_module(a, b, atol: float, rtol: float) -> bool:
+    """Whether two modules are alike: same class, same settings (their attributes that are plain
+    numbers, strings or None) and the same parameters and buffers."""
+    if type(a) is not type(b):
+        return False
+    plain = (bool, int, float, str, type(None))
+    settings = [{k: v for k, v in vars(m).items() if isinstance(v, plain) and k != "training"}
+                for m in (a, b)]
+    states = [m.state_dict() for m in (a, b)]
+    return (settings[0] == settings[1] and states[0].keys() == states[1].keys()
+            and all(_close(states[0][k], states[1][k], atol, rtol) for k in states[0]))
 
 
 def _same(a, b) -> bool:
@@ -141,20 +355,367 @@ def _same(a, b) -> bool:
     return True
 
 
-def _hints_text(hints: Sequence[str], hint: int) -> str:
-    """The first ``hint`` steps of ``hints``, and how to ask for the next one."""
-    shown = [f"\nHint: {hints[0]}"] if hint >= 1 and hints else []
-    shown += [f"\nHint {step + 1}: {text}" for step, text in enumerate(hints[1:hint], start=1)]
-    if hint < len(hints):
-        shown.append(f"\n(For {'a more specific' if shown else 'a'} hint, run the check again "
-                     f"with hint={max(hint, 0) + 1}.)")
-    return "".join(shown)
+# Recognising a mistake ---------------------------------------------------------------------------
 
+class _Outcome:
+    """What a function did on one case: its result (or the exception it raised), and what the
+    check compares (the result itself, or the result passed through ``compare_through``; or the
+    exception that raised)."""
+
+    def __init__(self, result=None, error=None, seen=None, seen_error=None):
+        self.result, self.error, self.seen, self.seen_error = result, error, seen, seen_error
+
+    @classmethod
+    def of(cls, result, args, through) -> _Outcome:
+        """The outcome of a function that returned ``result`` on the case ``args``."""
+        if through is None:
+            return cls(result, seen=result)
+        try:
+            return cls(result, seen=through(result, *copy.deepcopy(args)))
+        except Exception as error:
+            return cls(result, seen_error=error)
+
+    @classmethod
+    def run(cls, fn, args, through) -> _Outcome:
+        """The outcome of ``fn`` on the case ``args``."""
+        try:
+            result = fn(*copy.deepcopy(args))
+        except Exception as error:
+            return cls(error=error)
+        return cls.of(result, args, through)
+
+
+def _quietly(run: Callable):
+    """``run()`` with what it prints and warns left out (the learner saw it on the failing case)."""
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return run()
+
+
+class _Diagnosis:
+    """Which mistake of a catalogue explains the learner's results, comparing them case by case
+    with what each mistake gives, the failing case first (the learner's function and the
+    reference are called at most once per case, and only as far as needed).
+
+    A wrong reference explains the results when, on every case where both return something, the
+    learner's function gives what it gives (compared as the check compares: through
+    ``compare_through``, or as they are when that raises for both), and on at least one case that
+    is not the expected result. Where only the learner's function raises, it does not make that
+    mistake alone; where the wrong reference raises, the case neither confirms nor contradicts.
+    """
+
+    def __init__(self, learner_fn, cases, reference, compare_through, atol, rtol, failing,
+                 known):
+        self.learner_fn, self.cases, self.reference = learner_fn, cases, reference
+        self.through = None if compare_through is None else compare_through[1]
+        self.atol, self.rtol = atol, rtol
+        # the failing case first: it rules out most mistakes at once
+        self.order = [failing] + [j for j in range(len(cases)) if j != failing]
+        self.learner = dict(known)  # case index -> _Outcome of the learner's function
+        self.expected = {}
+
+    def _learner(self, j) -> _Outcome:
+        if j not in self.learner:
+            self.learner[j] = _quietly(lambda: _Outcome.run(self.learner_fn, self.cases[j][1],
+                                                            self.through))
+        return self.learner[j]
+
+    def _expected(self, j) -> _Outcome:
+        if j not in self.expected:
+            self.expected[j] = _Outcome.run(self.reference, self.cases[j][1], self.through)
+        return self.expected[j]
+
+    def _fails(self, j) -> bool:
+        """Whether the learner's function fails case j (raises, or gives other values)."""
+        have, want = self._learner(j), self._expected(j)
+        if have.error is not None or have.seen_error is not None:
+            return True
+        return not _close(have.seen, want.seen, self.atol, self.rtol)
+
+    def _agree(self, have: _Outcome, wrong: _Outcome) -> bool | None:
+        """Whether the learner's function and a wrong reference gave the same on a case: not if
+        only the learner's function raised (a function making that mistake returns there); None
+        if the wrong reference raised (nothing to compare: a learner's code may be more general
+        than the check's version of the mistake)."""
+        if wrong.error is not None:
+            return None
+        if have.error is not None:
+            return False
+        if have.seen_error is None and wrong.seen_error is None:
+            return _close(have.seen, wrong.seen, self.atol, self.rtol)
+        if have.seen_error is not None and wrong.seen_error is not None:
+            return _close(have.result, wrong.result, self.atol, self.rtol)  # compare as they are
+        return False
+
+    def explains(self, mistake) -> bool:
+        if isinstance(mistake, Symptom):
+            return self._shows(mistake)
+        variants = mistake if isinstance(mistake, (tuple, list)) else (mistake,)
+        return any(self._shows(v) if isinstance(v, Symptom) else self._gives(v) for v in variants)
+
+    def _gives(self, wrong: Callable) -> bool:
+        """Whether the learner's function gives what ``wrong`` gives on every case where both
+        return something, and on at least one case where that is not the expected result."""
+        evidence = False
+        for j in self.order:
+            agree = self._agree(self._learner(j), _quietly(
+                lambda: _Outcome.run(wrong, self.cases[j][1], self.through)))
+            if agree is False:
+                return False
+            evidence = evidence or (agree and self._fails(j))
+        return evidence
+
+    def _shows(self, symptom: Symptom) -> bool:
+        """Whether the symptom holds on every case the learner's function fails (at least one)."""
+        failed = False
+        for j in self.order:
+            if not self._fails(j):
+                continue
+            failed = True
+            have = self._learner(j)
+            result = have.result if have.error is None else have.error
+            try:
+                shown = bool(_quietly(lambda: symptom.predicate(result,
+                                                                *copy.deepcopy(self.cases[j][1]))))
+            except Exception:
+                shown = False
+            if not shown:
+                return False
+        return failed
+
+
+    def generic(self) -> str | None:
+        """A sentence for what the learner's results have in common with the expected ones, the
+        same on every failing case (see :data:`_GENERIC`), or None."""
+        for recognise in _GENERIC:
+            found = []
+            for j in self.order:
+                if not self._fails(j):
+                    continue
+                have = self._learner(j)
+                text = None if have.error is not None else _generic_on(
+                    recognise, have.result, self._expected(j).result, self.atol, self.rtol)
+                if text is None:
+                    found = []
+                    break
+                found.append(text)
+            strong = [f for f in found if not isinstance(f, _Alike)]
+            if strong and all(f.fits(strong[0]) for f in found if isinstance(f, _Alike)):
+                text = strong[0]
+                return text if isinstance(found[0], _Alike) else found[0]  # the failing case's
+        return None
+
+
+class _Measured(str):
+    """A sentence about a result, with the number it measured (a factor, an offset)."""
+
+    def __new__(cls, text: str, value: float):
+        measured = super().__new__(cls, text)
+        measured.value = value
+        return measured
+
+
+class _Alike(str):
+    """What one number (a result of a single value) shares with the expected one, e.g. a factor:
+    it says something only when the same holds where the result has several values."""
+
+    def __new__(cls, text: str, value: float):
+        alike = super().__new__(cls, text)
+        alike.value = value
+        return alike
+
+    def fits(self, strong: str) -> bool:
+        return math.isclose(self.value, getattr(strong, "value", math.nan), rel_tol=1e-3)
+
+
+# What a result shares with the expected one: mistakes of any exercise ----------------------------
+
+def _tensors(got, expected):
+    """got and expected as float64 tensors (None if either is no tensor, array or number)."""
+    have, want = _as_tensor(got), _as_tensor(expected)
+    if have is None or want is None or have.dtype == torch.bool or want.dtype == torch.bool:
+        return None
+    return have.cpu().double(), want.cpu().double()
+
+
+def _reshaped(got, expected, atol, rtol) -> str | None:
+    pair = _tensors(got, expected)
+    if pair is None or pair[0].shape == pair[1].shape or pair[0].numel() != pair[1].numel():
+        return None
+    have, want = pair
+    if not torch.allclose(have.reshape(want.shape), want, atol=atol, rtol=rtol, equal_nan=True):
+        return None
+    return (f"Your result holds the expected values, in the shape {tuple(have.shape)} instead of "
+            f"{tuple(want.shape)}: an axis too many, too few, or flattened?")
+
+
+def _swapped(got, expected, atol, rtol) -> str | None:
+    pair = _tensors(got, expected)
+    if pair is None or pair[1].dim() < 2 or pair[1].shape[-1] == pair[1].shape[-2] == 1:
+        return None
+    have, want = pair
+    if have.shape != want.transpose(-2, -1).shape or (
+            have.shape == want.shape and torch.allclose(have, want, atol=atol, rtol=rtol,
+                                                        equal_nan=True)):
+        return None
+    if not torch.allclose(have, want.transpose(-2, -1), atol=atol, rtol=rtol, equal_nan=True):
+        return None
+    return "Your result is the expected one with its last two axes swapped (transposed)."
+
+
+def _contained(got, expected, atol, rtol) -> str | None:
+    if isinstance(got, (torch.Tensor, np.ndarray)) or not isinstance(got, (list, tuple)):
+        return None
+    try:
+        values = torch.as_tensor(got)
+    except Exception:
+        return None
+    if not _close(values, expected, atol, rtol):
+        return None
+    kind = "a tensor" if isinstance(expected, torch.Tensor) else "an array"
+    return f"Your result holds the expected values, as a {type(got).__name__}: return {kind}."
+
+
+def _scaled(got, expected, atol, rtol) -> str | None:
+    pair = _tensors(got, expected)
+    if pair is None or pair[0].shape != pair[1].shape:
+        return None
+    have, want = pair
+    finite = torch.isfinite(want) & torch.isfinite(have)
+    if not torch.equal(finite, torch.isfinite(want)) or not bool((want[finite] != 0).any()):
+        return None
+    factor = float((have[finite] * want[finite]).sum() / (want[finite] ** 2).sum())
+    if not math.isfinite(factor) or abs(factor) < 1e-6 or math.isclose(factor, 1, rel_tol=1e-3):
+        return None
+    if not torch.allclose(have[finite], factor * want[finite], atol=atol, rtol=rtol):
+        return None
+    text = (f"Your result is the expected one times a constant ({factor:.4g} here): a factor too "
+            f"many or too few, or a sum where a mean is expected (or the reverse)?")
+    # one number is always some factor times another: that says something only with more values
+    return _Alike(text, factor) if want.numel() == 1 else _Measured(text, factor)
+
+
+def _shifted(got, expected, atol, rtol) -> str | None:
+    pair = _tensors(got, expected)
+    if pair is None or pair[0].shape != pair[1].shape:
+        return None
+    have, want = pair
+    finite = torch.isfinite(want) & torch.isfinite(have)
+    if not torch.equal(finite, torch.isfinite(want)) or not bool(finite.any()):
+        return None
+    offset = float((have[finite] - want[finite]).mean())
+    if abs(offset) <= atol or not torch.allclose(have[finite], want[finite] + offset, atol=atol,
+                                                 rtol=rtol):
+        return None
+    text = (f"Your result is the expected one plus a constant ({offset:.4g} here): a term too "
+            f"many or too few?")
+    return _Alike(text, offset) if want.numel() == 1 else _Measured(text, offset)
+
+
+def _permuted(got, expected, atol, rtol) -> str | None:
+    if (not isinstance(expected, tuple) or not isinstance(got, (tuple, list))
+            or len(got) != len(expected) or len(got) > 6):
+        return None
+    for order in itertools.permutations(range(len(got))):
+        if list(order) != list(range(len(got))) and all(
+                _close(got[i], expected[j], atol, rtol) for j, i in enumerate(order)):
+            places = ", ".join(f"result {j} at place {i}" for j, i in enumerate(order) if i != j)
+            return f"Your results are the expected ones in another order ({places})."
+    return None
+
+
+_GENERIC = (_permuted, _contained, _reshaped, _swapped, _scaled, _shifted)  # in this order
+
+
+def _generic_on(recognise, got, expected, atol, rtol) -> str | None:
+    """``recognise`` applied to a result, or to the one part of a tuple that differs."""
+    try:
+        return _generic_or_part(recognise, got, expected, atol, rtol)
+    except Exception:  # a result too odd to compare: nothing in common
+        return None
+
+
+def _generic_or_part(recognise, got, expected, atol, rtol) -> str | None:
+    text = recognise(got, expected, atol, rtol)
+    if text is not None or recognise is _permuted or not isinstance(expected, tuple):
+        return text
+    if not isinstance(got, (tuple, list)) or len(got) != len(expected):
+        return None
+    differing = [i for i, (g, e) in enumerate(zip(got, expected)) if not _close(g, e, atol, rtol)]
+    if len(differing) != 1:
+        return None
+    text = recognise(got[differing[0]], expected[differing[0]], atol, rtol)
+    if text is None:
+        return None
+    part = f"Result {differing[0]}: " + text[0].lower() + text[1:]
+    return type(text)(part, text.value) if hasattr(text, "value") else part
+
+
+def _diagnose(mistakes, learner_fn, cases, reference, compare_through, atol, rtol, failing,
+              known) -> str | None:
+    """The first sentence of ``mistakes`` whose mistake explains the learner's results; else what
+    its results have in common with the expected ones, if anything (see :data:`_GENERIC`); else
+    None."""
+    diagnosis = _Diagnosis(learner_fn, cases, reference, compare_through, atol, rtol, failing,
+                           known)
+    for sentence, mistake in (mistakes or {}).items():
+        if diagnosis.explains(mistake):
+            return sentence
+    return diagnosis.generic()
+
+
+# Messages ----------------------------------------------------------------------------------------
+
+def _wrap(text: str, indent: str = "") -> str:
+    """Each line of ``text`` wrapped to the width of a message (continuations indented), never
+    inside a short parenthesis such as an index or a shape, (0, 1) or (B, h, T, d_k)."""
+    glued = re.sub(r"\([^()\s][^()]{0,22}\)", lambda m: m[0].replace(" ", "\0"), text)
+    return "\n".join(textwrap.fill(line, _WIDTH, subsequent_indent=indent,
+                                   break_long_words=False, break_on_hyphens=False) or line
+                     for line in glued.split("\n")).replace("\0", " ")
+
+
+def _hints_text(hints: Sequence[str], hint: int, verbose: bool = True) -> str:
+    """The first ``hint`` steps of ``hints``, how to ask for the next one and, unless ``verbose``,
+    how to see the values in full; each on lines of its own."""
+    shown = [f"Hint: {hints[0]}"] if hint >= 1 and hints else []
+    shown += [f"Hint {step + 1}: {text}" for step, text in enumerate(hints[1:hint], start=1)]
+    if hint < len(hints):
+        shown.append(f"(For {'a more specific' if shown else 'a'} hint, run the check again with "
+                      f"hint={max(hint, 0) + 1}" + (".)" if verbose else
+                                                    "; for the values in full, verbose=True.)"))
+    elif not verbose:
+        shown.append("(For the values in full, run the check again with verbose=True.)")
+    return "".join("\n" + _wrap(part) for part in shown)
+
+
+def _message(diagnosis, head, args, names, expected, got, hints, hint, verbose,
+             tolerance=(0.0, 0.0)) -> str:
+    """A failure's message: the diagnosis, what failed, the input, the results, the hints."""
+    lines = [_wrap(diagnosis)] if diagnosis else []
+    lines.append(_wrap(head))
+    if verbose:
+        lines.append(f"  input:    {_describe(args)}")
+        if expected is not None:
+            lines += [f"  expected: {_describe(expected)}", f"  got:      {_describe(got)}"]
+    else:
+        lines.append(_wrap("  input:    " + _briefs(list(args), names, 2 * _VALUES_WIDTH),
+                           " " * 12))
+        if expected is not None:
+            label, got, expected = _differing_part(got, expected, *tolerance)
+            lines += [f"  expected: {label}{_brief(expected, _VALUES_WIDTH - len(label))}",
+                      f"  got:      {label}{_brief(got, _VALUES_WIDTH - len(label))}"]
+    return "\n".join(lines) + _hints_text(hints, hint, verbose)
+
+
+# Running a check ---------------------------------------------------------------------------------
 
 def run_check(name: str, learner_fn: Callable, cases: Sequence[tuple[str, tuple]],
               reference: Callable, hints: str | Sequence[str] = (), hint: int = 1,
               compare_through: tuple[str, Callable] | None = None,
-              atol: float = 1e-5, rtol: float = 1e-4) -> None:
+              atol: float = 1e-5, rtol: float = 1e-4,
+              mistakes: Mapping[str, Callable | Symptom | Sequence] | None = None,
+              verbose: bool = False) -> None:
     """Run ``learner_fn`` on every case and compare with ``reference`` (both called with the same
     arguments); print one line on success.
 
@@ -165,6 +726,16 @@ def run_check(name: str, learner_fn: Callable, cases: Sequence[tuple[str, tuple]
     weights they give, a layer by its outputs): ``fn(result, *args)`` is compared instead of
     the results themselves, and ``what`` (e.g. "applied to the inputs") says how the result
     was used; the message still shows the results themselves.
+
+    mistakes: the classic mistakes of the exercise, each a sentence that names it (in plain
+    words, without the solution's code) mapped to what recognises it: a wrong reference (a
+    function called like ``reference`` that returns what a function making that mistake
+    returns), a :class:`Symptom`, or a tuple of them (variants of one mistake). When the
+    learner's function fails, the first mistake that explains its results on every case (see
+    :class:`_Diagnosis`) leads the message, in its own sentence; when none does, the message
+    starts with what failed.
+
+    verbose: show the input and the results in full instead of summarised.
 
     Raises :class:`ExerciseCheckFailed` naming the failing input, showing the learner's own
     result against the expected one, and the hints; also when the learner's function modifies
@@ -178,15 +749,33 @@ def run_check(name: str, learner_fn: Callable, cases: Sequence[tuple[str, tuple]
                          f"texts go in hints), got {hint!r}")
     hints = (hints,) if isinstance(hints, str) else tuple(hints)
     with torch.random.fork_rng(devices=[]):  # the notebook's random stream stays as it was
-        _run_cases(name, learner_fn, cases, reference, _hints_text(hints, hint), compare_through,
-                   atol, rtol)
+        _run_cases(name, learner_fn, cases, reference, hints, hint, compare_through, atol, rtol,
+                   dict(mistakes or {}), bool(verbose))
     print(f"Correct: {name} passed all {len(cases)} checks.")
 
 
-def _run_cases(name, learner_fn, cases, reference, hints_text, compare_through, atol, rtol):
+def _run_cases(name, learner_fn, cases, reference, hints, hint, compare_through, atol, rtol,
+               mistakes, verbose):
     warned = {}  # (category, message) -> text, each warning shown once
+    known = {}  # case index -> the learner's _Outcome, for the diagnosis
+
+    def fail(head, args, expected, got, index, learner_error=None):
+        try:
+            diagnosis = _quietly(lambda: _diagnose(mistakes, learner_fn, cases, reference,
+                                                   compare_through, atol, rtol, index, known))
+        except Exception:  # recognising a mistake must never hide the failure itself
+            diagnosis = None
+        names = _argument_names(reference, len(args))
+        message = _message(diagnosis, head, args, names, expected, got, hints, hint, verbose,
+                           (atol, rtol))
+        details = _message(diagnosis, head, args, names, expected, got, hints, hint, True)
+        error = ExerciseCheckFailed(message, learner_error, diagnosis=diagnosis, details=details)
+        if learner_error is not None:
+            raise error from learner_error
+        raise error
+
     try:
-        for description, args in cases:
+        for index, (description, args) in enumerate(cases):
             expected = reference(*copy.deepcopy(args))
             learner_args = copy.deepcopy(args)
             with warnings.catch_warnings(record=True) as caught:
@@ -197,22 +786,29 @@ def _run_cases(name, learner_fn, cases, reference, hints_text, compare_through, 
                     if type(error) is NotImplementedError and not error.args:  # the stub
                         raise ExerciseCheckFailed(f"{name}: not implemented yet: write the "
                                                   "function, then run this check again.") from None
-                    raise ExerciseCheckFailed(
-                        f"{name} raised {type(error).__name__}: {error}\n  on input {description}: "
-                        f"{_describe(args)}{hints_text}", learner_error=error) from error
+                    text = f"{type(error).__name__}: {error}"
+                    if not verbose and (text.count("\n") or len(text) > 3 * _WIDTH):
+                        text = text.split("\n")[0][:3 * _WIDTH - 5] + " ..."
+                    known[index] = _Outcome(error=error)
+                    fail(f"{name} raised {text}\n  on input {description}", args, None, None,
+                         index, learner_error=error)
             for warning in caught:
                 key = (warning.category.__name__, str(warning.message))
                 warned.setdefault(key, f"{key[0]}: {key[1]}")
             problem = _problem(got, expected, args, compare_through, atol, rtol)
+            changed = False
             if problem is None:
                 changed = [i for i, (a, b) in enumerate(zip(args, learner_args)) if not _same(a, b)]
                 if changed:
                     problem = f"the function modified its input argument(s) {changed} in place"
             if problem is not None:
-                raise ExerciseCheckFailed(
-                    f"{name} is not right yet on input {description}: {problem}.\n"
-                    f"  input:    {_describe(args)}\n  expected: {_describe(expected)}\n"
-                    f"  got:      {_describe(got)}{hints_text}")
+                if not changed:  # a wrong result: what the mistakes are compared with
+                    known[index] = _Outcome.of(got, args, None if compare_through is None
+                                               else compare_through[1])
+                else:
+                    mistakes = {}  # a function that writes into its inputs is not diagnosed
+                fail(f"{name} is not right yet on input {description}: {problem}.", args,
+                     expected, got, index)
     finally:
         for text in warned.values():
             print(f"Your function warned: {text}")
@@ -227,10 +823,17 @@ def _problem(got, expected, args, compare_through, atol, rtol) -> str | None:
         have = through(got, *copy.deepcopy(args))
     except Exception as error:
         return f"what it returned raised {type(error).__name__} when {what}: {error}"
-    problem = _compare(have, through(expected, *copy.deepcopy(args)), atol, rtol)
-    if problem is not None:
-        return f"what it returned, {what}, does not give the expected result: {problem}"
-    return None
+    want = through(expected, *copy.deepcopy(args))
+    if _compare(have, want, atol, rtol) is None:
+        return None
+    # where the results themselves differ, when they can be compared (lengths, a mask): the
+    # indices then point into what the message shows as expected and got
+    direct = _compare(got, expected, atol, rtol)
+    if (direct is not None and _as_tensor(got) is not None and _as_tensor(expected) is not None
+            and "differ" in direct):
+        return f"{direct} (and {what}, it gives other results)"
+    problem = _compare(have, want, atol, rtol, where=" in what it gives")
+    return f"what it returned, {what}, does not give the expected result: {problem}"
 
 
 def check_afresh(check: str, learner_fn: Callable, seed: int = 1) -> None:

@@ -1,0 +1,549 @@
+"""A held-out trial of the checks' diagnoses: wrong answers written after the catalogues of
+mistakes (d2lhelpers/exercises/checks_*.py, MISTAKES), in other ways than the wrong answers that
+designed them (tests/test_checks_*.py), and never used to change a catalogue.
+
+Each: (check, what the learner did, the wrong answer, the part of the diagnosis that names it: a
+catalogue sentence, "~..." a sentence of the runner's own, or None where nothing may name it: a
+mistake no catalogue holds). Every wrong answer must fail, and get the diagnosis it is labelled
+with, or none: a new diagnosis of an answer labelled None fails this test until someone has read
+it and labelled the answer (a wrong name is worse than none).
+
+The trial as first run (47 wrong answers; one more, M_1 to the power delta, turned out to be a
+right answer and left): 29 named, 27 as labelled and 2 labelled None named rightly (the loo error
+with y_i hidden but x_i among the keys is the softmax's weights left unrenormalised; the
+exponent (2j + 1) / d is a table at other frequencies), 2 named wrongly (a (T, T) stack of
+lengths taken for a mask of the keys, by its shape alone; statistics without keepdim taken for
+statistics over the first axis, from the one case where both gave numbers), 16 not named, none
+passed. The two wrong names were then fixed (a mask is recognised by its values; a function that
+raises where a mistake gives numbers does not make that mistake alone), the two right ones
+labelled; nothing else changed after the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import d2lhelpers as d2lh
+from d2lhelpers import exercises
+from d2lhelpers.exercises import ExerciseCheckFailed
+
+
+def softmax_rows(S, axis=-1):
+    E = np.exp(S - S.max(axis=axis, keepdims=True))
+    return E / E.sum(axis=axis, keepdims=True)
+
+
+# 01: self-attention and max_weights, in NumPy --------------------------------------------------
+
+def sa_values_width(X, W_q, W_k, W_v):
+    Q, K, V = X @ W_q, X @ W_k, X @ W_v
+    A = softmax_rows(Q @ K.T / np.sqrt(V.shape[-1]))
+    return A @ V, A
+
+
+def sa_outputs_only(X, W_q, W_k, W_v):
+    Q, K, V = X @ W_q, X @ W_k, X @ W_v
+    return softmax_rows(Q @ K.T / np.sqrt(Q.shape[1])) @ V
+
+
+def sa_transposed_twice(X, W_q, W_k, W_v):
+    Q, K, V = X @ W_q, X @ W_k, X @ W_v
+    A = softmax_rows(K @ Q.T / np.sqrt(Q.shape[1]))
+    return A.T @ V, A
+
+
+def mw_c_in_root(Q, K, c):
+    return softmax_rows(Q @ K.T / np.sqrt(c * Q.shape[1] + 1e-12)).max(axis=1)
+
+
+def mw_features(Q, K, c):
+    return softmax_rows(c * Q.T @ K / np.sqrt(Q.shape[1])).max(axis=1)
+
+
+# 02: Nadaraya-Watson ----------------------------------------------------------------------------
+
+def lp_cdist_squared(q, k, v, w):
+    return torch.softmax(-torch.cdist(q[:, None], k[:, None]) ** 2 / w, dim=-1) @ v
+
+
+def lp_sum_no_keepdim(q, k, v, w):
+    K = torch.exp(-(q[:, None] - k[None, :]).abs() / w)
+    return (K / K.sum(1)) @ v
+
+
+def loo_target_zeroed(x, y, width):
+    W = torch.softmax(-((x[:, None] - x[None, :]) / width) ** 2 / 2, dim=1)
+    others = y[None, :].expand(len(y), -1) * (1 - torch.eye(len(y)))  # y_i hidden, x_i kept
+    return (((W * others).sum(1) - y) ** 2).mean().item()
+
+
+def loo_width_multiplies(x, y, width):
+    S = -((x[:, None] - x[None, :]) * width) ** 2 / 2
+    S.fill_diagonal_(-math.inf)
+    return ((torch.softmax(S, 1) @ y - y) ** 2).mean().item()
+
+
+# 03: scoring ------------------------------------------------------------------------------------
+
+def ms_softmax_queries(q, k, W):
+    return ((q @ W) @ k.mT).softmax(dim=1)
+
+
+def cl_stacked(B, T):
+    return torch.stack([torch.arange(1, T + 1)] * T)
+
+
+def cl_countdown(B, T):
+    return (T - torch.arange(T)).repeat(B, 1)
+
+
+# 04: multi-head attention -----------------------------------------------------------------------
+
+def ph_view(mha, queries, keys, valid_lens):
+    B, h, d_k = queries.shape[0], mha.num_heads, mha.d_k
+    Q = mha.W_q(queries).view(B, h, -1, d_k).flatten(0, 1)
+    K = mha.W_k(keys).view(B, h, -1, d_k).flatten(0, 1)
+    lens = None if valid_lens is None else valid_lens.repeat_interleave(h, 0)
+    return d2lh.masked_softmax(Q @ K.mT / math.sqrt(d_k), lens).view(B, h, *Q.shape[1:2],
+                                                                      K.shape[1])
+
+
+def tt_layer(order=("W_q", "W_k", "W_v"), out=True):
+    def convert(mha):
+        bias = mha.W_q.bias is not None
+        layer = nn.MultiheadAttention(mha.d_model, mha.num_heads, bias=bias, batch_first=True)
+        with torch.no_grad():
+            layer.in_proj_weight.copy_(torch.cat([getattr(mha, n).weight for n in order]))
+            if out:
+                layer.out_proj.weight.copy_(mha.W_o.weight)
+            if bias:
+                layer.in_proj_bias.copy_(torch.cat([getattr(mha, n).bias for n in order]))
+                layer.out_proj.bias.copy_(mha.W_o.bias)
+        return layer
+
+    return convert
+
+
+def packed(kind):
+    class PackedSelfAttention(nn.Module):
+        def __init__(self, d_model, num_heads):
+            super().__init__()
+            self.h = num_heads
+            self.W_qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+            self.W_o = nn.Linear(d_model, d_model, bias=False)
+
+        def forward(self, X, valid_lens=None):
+            B, T, D = X.shape
+            h, d_k = self.h, D // self.h
+            if kind == "head-major packing":
+                qkv = self.W_qkv(X).view(B, T, h, 3, d_k).permute(3, 0, 2, 1, 4)
+            else:
+                qkv = self.W_qkv(X).view(B, T, 3, h, d_k).permute(2, 0, 3, 1, 4)
+            Q, K, V = qkv[0], qkv[1], qkv[2]  # (B, h, T, d_k)
+            scale = math.sqrt(D) if kind == "sqrt(D)" else math.sqrt(d_k)
+            lens = None if valid_lens is None else valid_lens.repeat_interleave(h, 0)
+            A = d2lh.masked_softmax((Q @ K.mT / scale).flatten(0, 1), lens).view(B, h, T, T)
+            self.attention_weights = A
+            return self.W_o((A @ V).transpose(1, 2).reshape(B, T, D))
+
+    return PackedSelfAttention
+
+
+# 05: positions ----------------------------------------------------------------------------------
+
+def st_d_minus_one(max_len, d):
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    w = 10000 ** (-torch.arange(0, d, 2, dtype=torch.float64) / max(d - 1, 1))
+    P = torch.zeros(max_len, d, dtype=torch.float64)
+    P[:, 0::2] = torch.sin(pos * w)
+    P[:, 1::2] = torch.cos(pos * w[: d // 2])
+    return P
+
+
+def st_odd_exponents(max_len, d):
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    w = 10000 ** (-(2 * torch.arange((d + 1) // 2, dtype=torch.float64) + 1) / d)
+    P = torch.zeros(max_len, d, dtype=torch.float64)
+    P[:, 0::2] = torch.sin(pos * w)
+    P[:, 1::2] = torch.cos(pos * w[: d // 2])
+    return P
+
+
+def sm_every_column(delta, d):
+    blocks = [torch.tensor([[math.cos(delta * w), math.sin(delta * w)],
+                            [-math.sin(delta * w), math.cos(delta * w)]])
+              for w in (10000 ** (-2 * j / d) for j in range(d))]
+    return torch.block_diag(*blocks)
+
+
+def relative(kind):
+    class RelativeSelfAttention(nn.Module):
+        def __init__(self, d_model, max_distance):
+            super().__init__()
+            self.md = max_distance
+            self.W_q, self.W_k, self.W_v = (nn.Linear(d_model, d_model, bias=False)
+                                            for _ in range(3))
+            self.relative_bias = nn.Parameter(torch.zeros(2 * max_distance + 1))
+
+        def forward(self, X, valid_lens=None):
+            T, d = X.shape[1:]
+            rel = torch.arange(T)[None, :] - torch.arange(T)[:, None]
+            if kind == "wrapped":
+                index = (rel + self.md) % (2 * self.md + 1)
+            else:
+                index = rel.clamp(-self.md, self.md) + self.md
+            bias = self.relative_bias[index]
+            raw = self.W_q(X) @ self.W_k(X).mT
+            S = (raw + bias) / math.sqrt(d) if kind == "bias scaled" else raw / math.sqrt(d) + bias
+            A = d2lh.masked_softmax(S, valid_lens)
+            self.attention_weights = A
+            return A @ self.W_v(X)
+
+    return RelativeSelfAttention
+
+
+# 06: the Transformer ----------------------------------------------------------------------------
+
+def ln_no_keepdim(X, eps=1e-5):
+    return (X - X.mean(-1)) / torch.sqrt(X.var(-1, unbiased=False) + eps)
+
+
+def ln_rsqrt_plus_eps(X, eps=1e-5):
+    mu = X.mean(-1, keepdim=True)
+    return torch.rsqrt(((X - mu) ** 2).mean(-1, keepdim=True)) * (X - mu) + eps
+
+
+def cm_large(T):
+    return torch.ones(T, T).triu(1) * -1e9
+
+
+def cm_triu_indices(T):
+    M = torch.zeros(T, T)
+    i, j = torch.triu_indices(T, T)
+    M[i, j] = float("-inf")
+    return M
+
+
+def block(kind):
+    def attend(att, x, keys, values, lens):
+        B, h = x.shape[0], att.num_heads
+        q = att.split_heads(att.W_q(x))
+        L = None if lens is None else lens.repeat_interleave(h, dim=0)
+        out = d2lh.DotProductAttention()(q.flatten(0, 1), keys.flatten(0, 1), values.flatten(0, 1),
+                                         L)
+        return att.W_o(att.merge_heads(out.unflatten(0, (B, h))))
+
+    def step(blk, x, cache, enc_keys, enc_values, src_valid_lens):
+        def sub(an, x, f):
+            return x + f(an.norm(x)) if an.norm_first else an.norm(x + f(x))
+
+        def self_att(hh):
+            att = blk.self_attention
+            cache.append(att.split_heads(att.W_k(hh)), att.split_heads(att.W_v(hh)))
+            T_k = cache.keys.shape[2]
+            lens = (torch.full((hh.shape[0],), T_k) if kind == "no causal mask"
+                    else d2lh.causal_valid_lens(hh.shape[0], hh.shape[1], T_k - hh.shape[1]))
+            return attend(att, hh, cache.keys, cache.values, lens)
+
+        keys, values = (enc_values, enc_keys) if kind == "keys and values swapped" else (
+            enc_keys, enc_values)
+        x = sub(blk.add_norm1, x, self_att)
+        x = sub(blk.add_norm2, x, lambda hh: attend(blk.cross_attention, hh, keys, values,
+                                                    src_valid_lens))
+        return sub(blk.add_norm3, x, blk.ffn)
+
+    return step
+
+
+# 07: translation --------------------------------------------------------------------------------
+
+def greedy(kind):
+    @torch.no_grad()
+    def decode(model, src, src_valid_lens, bos, eos, max_len):
+        model.eval()
+        state = model.decoder.init_state(model.encoder(src, src_valid_lens), src_valid_lens)
+        tokens = torch.full((src.shape[0], 1), bos)
+        done = torch.zeros(src.shape[0], dtype=torch.bool)
+        while tokens.shape[1] < (max_len if kind == "<bos> counted" else max_len + 1):
+            logits = model.decoder.step(tokens[:, -1:], state)  # (B, 1, V)
+            nxt = logits.argmax(dim=1)[:, 0] if kind == "argmax over dim 1" else \
+                logits[:, -1].argmax(-1)
+            nxt = torch.where(done, torch.full_like(nxt, eos), nxt)
+            tokens = torch.cat([tokens, nxt[:, None]], 1)
+            done |= nxt == eos
+            if done.all():
+                break
+        return tokens[:, 1:]
+
+    return decode
+
+
+def logprob(kind):
+    @torch.no_grad()
+    def score(model, src, src_valid_lens, tokens, bos, eos):
+        B, T = tokens.shape
+        dec = torch.cat([torch.full((B, 1), bos), tokens[:, :-1]], 1)
+        lp = torch.log_softmax(model(src, src_valid_lens, dec), -1)
+        picked = lp.gather(2, tokens.unsqueeze(-1)).squeeze(-1)  # (B, T)
+        ends = (tokens == eos).int()
+        n = torch.where(ends.any(1), ends.argmax(1) + 1, T)
+        if kind == "every position":
+            return picked.sum(1), n
+        counted = torch.arange(T)[None] < n[:, None]
+        if kind == "first token dropped":
+            counted[:, 0] = False
+        return torch.where(counted, picked, 0.0).sum(1), n
+
+    return score
+
+
+# 08: GRU and Luong -----------------------------------------------------------------------------
+
+def gru(kind):
+    def cell(x, h, W_ih, W_hh, b_ih, b_hh):
+        gi, gh = x @ W_ih.T + b_ih, h @ W_hh.T + b_hh
+        H = h.shape[1]
+        if kind == "update first":
+            (i_z, i_r, i_n), (h_z, h_r, h_n) = gi.split(H, 1), gh.split(H, 1)
+        else:
+            (i_r, i_z, i_n), (h_r, h_z, h_n) = gi.split(H, 1), gh.split(H, 1)
+        r, z = (i_r + h_r).sigmoid(), (i_z + h_z).sigmoid()
+        n = (i_n + r * h_n).tanh()
+        return (1 - z) * h + z * n if kind == "z on n" else (1 - z) * n + z * h
+
+    return cell
+
+
+def luong(kind):
+    def step(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c):
+        s = cell(embedded, hidden)
+        if kind == "W_a s":
+            scores = torch.bmm(enc_outputs, W_a @ s.unsqueeze(-1)).squeeze(-1)  # (B, T)
+        else:
+            scores = torch.bmm(enc_outputs, (s @ W_a).unsqueeze(-1)).squeeze(-1)
+        weights = d2lh.masked_softmax(scores.unsqueeze(1), valid_lens).squeeze(1)
+        context = torch.bmm(weights.unsqueeze(1), enc_outputs).squeeze(1)
+        out = W_c(torch.cat([context, s], -1))
+        return (out if kind == "no tanh" else out.tanh()), s, weights
+
+    return step
+
+
+# 09: the Transformer in practice ----------------------------------------------------------------
+
+def smooth(kind):
+    def loss(logits, targets, valid_lens, eps, real):
+        log_p = torch.log_softmax(logits, -1)
+        nll = -log_p.gather(-1, targets[..., None])[..., 0]
+        if kind == "eps on the target":
+            per = nll - eps / real.sum() * log_p.gather(-1, targets[..., None])[..., 0]
+        else:
+            per = (1 - eps) * nll - eps * log_p[..., real].mean(-1)
+        if kind == "padding kept":
+            return per.mean()
+        valid = torch.arange(logits.shape[1])[None] < valid_lens[:, None]
+        return per[valid].mean()
+
+    return loss
+
+
+def beams(kind):
+    def step(log_probs, lengths, finished, step_log_probs, eos, alpha):
+        B, k, V = step_log_probs.shape
+        eos_only = torch.full_like(step_log_probs, -math.inf)
+        eos_only[..., eos] = 0.0
+        totals = log_probs[..., None] + torch.where(finished[..., None], eos_only, step_log_probs)
+        L = lengths + 1 if kind == "all grow" else torch.where(finished, lengths, lengths + 1)
+        best = (totals / L[..., None] ** alpha).view(B, -1).topk(k).indices
+        parents, tokens = best // V, best % V
+        out = (totals.view(B, -1).gather(1, best), L.gather(1, parents),
+               finished.gather(1, parents) | (tokens == eos))
+        return (*out, tokens, parents) if kind == "swapped" else (*out, parents, tokens)
+
+    return step
+
+
+# 10: beyond 2017 --------------------------------------------------------------------------------
+
+def rope(kind):
+    def rotate(x, positions):
+        d = x.shape[-1]
+        dt = torch.float64 if x.dtype == torch.float64 else torch.float32
+        m = torch.arange(x.shape[-2]) if kind == "positions ignored" else positions
+        ang = m.to(dt)[:, None] * 10000 ** (-torch.arange(0, d, 2, dtype=dt) / d)
+        cos = ang.cos().repeat_interleave(2, -1).to(x.dtype)
+        sin = ang.sin().repeat_interleave(2, -1).to(x.dtype)
+        turned = torch.stack([-x[..., 1::2], x[..., 0::2]], -1).flatten(-2)
+        if kind == "other way":
+            turned = -turned
+        return x * cos + turned * sin
+
+    return rotate
+
+
+def online_old_max(m, l, acc, scores, values):
+    m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+    shift = torch.where(torch.isinf(m), torch.zeros_like(m), m)  # the maximum seen before
+    p = torch.exp(scores - shift)
+    return m_new, l + p.sum(-1, keepdim=True), acc + p @ values
+
+
+def gqa(kind):
+    class CachedGQASelfAttention(nn.Module):
+        def __init__(self, d_model, num_heads, num_kv_heads):
+            super().__init__()
+            self.h, self.g, self.d_k = num_heads, num_kv_heads, d_model // num_heads
+            self.W_q = nn.Linear(d_model, d_model, bias=False)
+            self.W_k = nn.Linear(d_model, num_kv_heads * self.d_k, bias=False)
+            self.W_v = nn.Linear(d_model, num_kv_heads * self.d_k, bias=False)
+            self.W_o = nn.Linear(d_model, d_model, bias=False)
+
+        def forward(self, X, cache):
+            B, T, D = X.shape
+            offset = len(cache)
+            at = torch.arange(offset, offset + T)
+            Q = self.W_q(X).view(B, T, self.h, -1).transpose(1, 2)
+            K = self.W_k(X).view(B, T, self.g, -1).transpose(1, 2)
+            V = self.W_v(X).view(B, T, self.g, -1).transpose(1, 2)
+            Q = d2lh.apply_rotary(Q, torch.arange(T) if kind == "queries from 0" else at)
+            if kind == "values rotated":
+                V = d2lh.apply_rotary(V, at)
+            cache.append(d2lh.apply_rotary(K, at), V)
+            r = self.h // self.g
+            Kc, Vc = cache.keys.repeat_interleave(r, 1), cache.values.repeat_interleave(r, 1)
+            lens = d2lh.causal_valid_lens(B, T, offset).repeat_interleave(self.h, 0)
+            A = d2lh.masked_softmax((Q @ Kc.mT / math.sqrt(self.d_k)).flatten(0, 1), lens)
+            return self.W_o((A.view(B, self.h, T, -1) @ Vc).transpose(1, 2).reshape(B, T, D))
+
+    return CachedGQASelfAttention
+
+
+def top_p(kind):
+    def probs(logits, p):
+        pr = logits.softmax(-1)
+        s, order = pr.sort(-1, descending=True)
+        limit = 1 - p if kind == "1 - p" else p
+        keep = torch.zeros_like(pr, dtype=torch.bool).scatter(-1, order, (s.cumsum(-1) - s) < limit)
+        if kind == "logits":
+            return logits.masked_fill(~keep, -math.inf)
+        return pr * keep / (pr * keep).sum(-1, keepdim=True)
+
+    return probs
+
+
+HELDOUT = [
+    ("check_self_attention", "scaled by the values' width", sa_values_width, "values' width"),
+    ("check_self_attention", "Z returned alone", sa_outputs_only, None),
+    ("check_self_attention", "scores and outputs both transposed", sa_transposed_twice, None),
+    ("check_max_weights", "c inside the root", mw_c_in_root, None),
+    ("check_max_weights", "Q^T K: features against features", mw_features, None),
+    ("check_laplace_pooling", "cdist squared, over the width", lp_cdist_squared,
+     "squares the distance"),
+    ("check_laplace_pooling", "row sums without keepdim", lp_sum_no_keepdim, None),
+    ("check_loo_error", "y_i hidden, x_i kept among the keys", loo_target_zeroed,
+     "without renormalising"),
+    ("check_loo_error", "distances multiplied by the width", loo_width_multiplies, None),
+    ("check_multiplicative_scores", "a softmax over the queries", ms_softmax_queries,
+     "attention weights"),
+    ("check_causal_lens", "T rows of lengths", cl_stacked, None),
+    ("check_causal_lens", "T - i", cl_countdown, "backwards"),
+    ("check_per_head_weights", "view(B, h, T, d_k)", ph_view, "split without moving"),
+    ("check_to_torch_multihead", "[W_q; W_v; W_k]", tt_layer(order=("W_q", "W_v", "W_k")),
+     "projections in another order"),
+    ("check_to_torch_multihead", "out_proj left as built", tt_layer(out=False),
+     "output projection is not copied"),
+    ("check_packed_self_attention", "packed as (h, 3, d_k)", packed("head-major packing"),
+     "each head's query, key and value"),
+    ("check_packed_self_attention", "scaled by sqrt(d_model)", packed("sqrt(D)"),
+     "divided by sqrt(d_model)"),
+    ("check_sinusoidal_table", "exponent 2j / (d - 1)", st_d_minus_one, "not at the frequencies"),
+    ("check_sinusoidal_table", "exponent (2j + 1) / d", st_odd_exponents,
+     "not at the frequencies"),
+    ("check_shift_matrix", "a block for every column", sm_every_column, None),
+    ("check_relative_self_attention", "offsets wrapped around", relative("wrapped"), None),
+    ("check_relative_self_attention", "the bias scaled with the scores", relative("bias scaled"),
+     "with the scores"),
+    ("check_layer_norm", "statistics without keepdim", ln_no_keepdim, None),
+    ("check_layer_norm", "rsqrt, eps added after", ln_rsqrt_plus_eps, None),
+    ("check_causal_additive_mask", "triu(1) times -1e9", cm_large, "large negative"),
+    ("check_causal_additive_mask", "triu_indices", cm_triu_indices, "diagonal too"),
+    ("check_cached_block_step", "the encoder's keys and values swapped",
+     block("keys and values swapped"), None),
+    ("check_cached_block_step", "every cached position seen", block("no causal mask"),
+     "both directions"),
+    ("check_cached_greedy_decode", "argmax over the position axis", greedy("argmax over dim 1"),
+     None),
+    ("check_cached_greedy_decode", "<bos> counted in max_len", greedy("<bos> counted"),
+     "one token too many or too few"),
+    ("check_translation_log_prob", "the first token left out", logprob("first token dropped"),
+     None),
+    ("check_translation_log_prob", "every position summed", logprob("every position"),
+     "after the first <eos>"),
+    ("check_gru_cell", "update gate first", gru("update first"), "another order"),
+    ("check_gru_cell", "(1 - z) h + z n", gru("z on n"), "keeps the candidate"),
+    ("check_luong_step", "W_a s", luong("W_a s"), "W_a is transposed"),
+    ("check_luong_step", "no tanh", luong("no tanh"), "no tanh"),
+    ("check_real_token_smoothing", "eps / R on the target only", smooth("eps on the target"),
+     None),
+    ("check_real_token_smoothing", "padding in the mean", smooth("padding kept"),
+     "padding included"),
+    ("check_advance_beams", "every length grows", beams("all grow"), "grow longer"),
+    ("check_advance_beams", "tokens, then parents", beams("swapped"), "tokens before parents"),
+    ("check_rotary_at_positions", "turned the other way", rope("other way"), "the other way"),
+    ("check_rotary_at_positions", "positions ignored", rope("positions ignored"),
+     "positions 0 .. T-1"),
+    ("check_online_softmax_update", "everything under the old maximum", online_old_max,
+     "shifted by the old maximum"),
+    ("check_cached_gqa_self_attention", "queries at 0 .. T-1", gqa("queries from 0"), None),
+    ("check_cached_gqa_self_attention", "values rotated", gqa("values rotated"),
+     "values are rotated"),
+    ("check_top_p_probs", "1 - top_p", top_p("1 - p"), None),
+    ("check_top_p_probs", "logits returned", top_p("logits"), None),
+]
+
+
+def outcome(check, wrong):
+    """The diagnosis a wrong answer gets (None: none), or "passed"."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            getattr(exercises, check)(wrong)
+    except ExerciseCheckFailed as failure:
+        return failure.diagnosis
+    return "passed"
+
+
+def catalogue(check):
+    return sys.modules[getattr(exercises, check).__module__].MISTAKES[check]
+
+
+@pytest.fixture(scope="module")
+def outcomes():
+    return [outcome(check, wrong) for check, _, wrong, _ in HELDOUT]
+
+
+def test_every_held_out_wrong_answer_fails(outcomes):
+    assert "passed" not in outcomes
+
+
+def test_each_held_out_wrong_answer_gets_its_own_diagnosis_or_none(outcomes):
+    for (check, what, _, part), got in zip(HELDOUT, outcomes):
+        if part is None:
+            assert got is None, f"{what}: named {got!r}: read it, and label the answer"
+        elif part.startswith("~"):
+            assert got is not None and part[1:] in got and got not in catalogue(check), (what, got)
+        else:
+            assert got is not None and part in got and got in catalogue(check), (what, got)
+
+
+def test_the_share_of_held_out_mistakes_named(outcomes):
+    named = sum(got is not None and got != "passed" for got in outcomes)
+    assert len(HELDOUT) >= 30
+    assert named >= 29, f"named {named} of {len(HELDOUT)}, 29 when the trial was first run"
