@@ -219,7 +219,7 @@ WATCHED: dict[str, dict[str, str]] = {
             "recipe_report.epoch_losses[-1] - mt_report.epoch_losses[-1]",
         "cache speed-up at T = 60 (> 1.5)": "timings[False][-1] / timings[True][-1]",
     },
-    "11_beyond_2017": {
+    "10_beyond_2017": {
         "added encoding: smallest spread of a score along a diagonal (> 0.1)": "added_spread",
         "length 16: lowest accuracy of any model (> 0.95)":
             "min(in_length[name].min().item() for name in ENCODINGS)",

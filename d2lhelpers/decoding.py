@@ -20,7 +20,7 @@ the loops never branch on the cache.
 
 Shapes: B batch, T time steps, V vocabulary size, k beam size. Taught in notebooks
 06_transformer (the cache), 07_translation (greedy decoding), 09_transformer_in_practice (beam
-search) and 11_beyond_2017 (sampling).
+search) and 10_beyond_2017 (sampling).
 """
 
 from __future__ import annotations
