@@ -173,7 +173,8 @@ WATCHED: dict[str, dict[str, str]] = {
             "(onward.mean() - chance).item()",
         "exercise 1: late loss |pre-norm - post-norm| (< 0.15)":
             "abs(late_loss('pre-norm, 2 blocks') - late_loss(base))",
-        "exercise 1: late loss, 4 blocks - 2 blocks (> 0.05)": "late_loss(deep) - late_loss(base)",
+        "exercise 1: late loss, 4 blocks - higher of the 2-block models (> 0.05)":
+            "late_loss(deep) - two_blocks",
         "exercise 1: operations per update, 4 blocks / 2 (1.3 .. 2)": "flop_ratio",
         "exercise 1: time per update, 4 blocks / 2 (not asserted)": "time_ratio",
         "exercise 2: smallest late loss gap, unscaled - scaled (> 0.3)":
