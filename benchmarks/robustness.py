@@ -158,13 +158,35 @@ WATCHED: dict[str, dict[str, str]] = {
         "separate: share of tokens whose top score is their own (< 0.25)": "separate_self",
     },
     "07_translation": {
+        "padding share, padded to 10 (> 0.4)": "plain_padding",
+        "padding share, bucketed (< 0.05)": "bucket_padding",
+        "positions per epoch, bucketed / padded (0.4 .. 0.6)": "bucket_positions / plain_positions",
         "first epoch loss (> 3.0)": "report.epoch_losses[0]",
         "last epoch loss (< 1.0)": "report.epoch_losses[-1]",
         "held-out BLEU (> 25)": "bleu",
         "95% interval: low end / 10 x best baseline (> 1)":
             "low / (10 * max(copy_bleu, constant_bleu))",
         "95% interval width (< 15)": "high - low",
-        "tokens per second": "report.tokens_per_second",
+        "cross-attention: smallest mean largest weight of a head (> 0.5)":
+            "peak.mean(dim=-1).min().item()",
+        "cross-attention: share not moving back minus chance (> 0.1)":
+            "(onward.mean() - chance).item()",
+        "exercise 1: late loss |pre-norm - post-norm| (< 0.15)":
+            "abs(late_loss('pre-norm, 2 blocks') - late_loss(base))",
+        "exercise 1: late loss, 4 blocks - higher of the 2-block models (> 0.05)":
+            "late_loss(deep) - two_blocks",
+        "exercise 1: operations per update, 4 blocks / 2 (1.3 .. 2)": "flop_ratio",
+        "exercise 1: time per update, 4 blocks / 2 (not asserted)": "time_ratio",
+        "exercise 2: smallest late loss gap, unscaled - scaled (> 0.3)":
+            "min(u - s for u, s in zip(unscaled_losses[-4:], scaled_losses[-4:]))",
+        "exercise 2: embedding norm after 40 updates / positional norm (< 0.25)":
+            "frequent_norm() / position_norm",
+        "exercise 4: BLEU gain, second half / first half of the epochs (< 1/3)": "late / early",
+        "exercise 4: BLEU on training minus held-out sentences (> 15)": "seen_bleu - bleu",
+        "exercise 4: held-out BLEU without minus with <unk> (> 5)":
+            "bleu_where(False) - bleu_where(True)",
+        "training target tokens/s (not asserted)": "report.tokens_per_second",
+        "training seconds (not asserted)": "report.seconds",
     },
     "08_bahdanau_attention": {
         "RNN: last / first epoch loss (< 0.4)":
