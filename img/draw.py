@@ -719,6 +719,65 @@ def online_softmax_tiles():
     return fig
 
 
+def bahdanau_seq2seq():
+    """The GRU encoder-decoder with Bahdanau attention, at decoder step i = 2 (08)."""
+    fig, ax = canvas(9.0, 4.7)
+    w, h, y = 0.66, 0.46, 1.3  # state boxes: width, height, bottom
+    source = ["she", "runs", ".", "<eos>"]
+    alphas = [0.15, 0.6, 0.2, 0.05]  # step 2 reads mostly "runs"
+    fed, predicted = ["<bos>", "elle", "court"], ["elle", "court", "."]
+    enc_x = [0.35 + 1.0 * j for j in range(4)]
+    dec_x = [5.15 + 0.95 * i for i in range(4)]
+    label(ax, 2.2, 4.5, "encoder: a GRU reads the source", size=11, weight="bold")
+    label(ax, 2.2, 4.2, r"its states $\mathbf{h}_1, \ldots, \mathbf{h}_4$ are the keys and values",
+          size=9, color="#555555")
+    label(ax, 6.9, 4.5, "decoder: one GRU step per output word", size=11, weight="bold")
+    label(ax, 6.9, 4.2, "shown at step i = 2; words fed below, predicted above", size=9,
+          color="#555555")
+    for j, (x, token) in enumerate(zip(enc_x, source)):
+        box(ax, x, y, w, h, rf"$\mathbf{{h}}_{j + 1}$", KEY, KEY_EDGE)
+        label(ax, x + w / 2, 0.52, token, size=10)
+        arrow(ax, (x + w / 2, 0.68), (x + w / 2, y))
+        if j:
+            arrow(ax, (enc_x[j - 1] + w, y + h / 2), (x, y + h / 2))
+    # s_0 from the encoder's last state
+    arrow(ax, (enc_x[-1] + w, y + h / 2), (dec_x[0], y + h / 2), ls="--")
+    label(ax, (enc_x[-1] + w + dec_x[0]) / 2, y + h / 2 - 0.22,
+          r"$\tanh(W_s\mathbf{h}_\mathrm{last})$", size=8.5, color="#555555")
+    for i, x in enumerate(dec_x):
+        face, edge = (QUERY, QUERY_EDGE) if i == 1 else (NEUTRAL, NEUTRAL_EDGE)
+        box(ax, x, y, w, h, rf"$\mathbf{{s}}_{i}$", face, edge, lw=2.0 if i == 2 else 1.2)
+        if i:
+            arrow(ax, (dec_x[i - 1] + w, y + h / 2), (x, y + h / 2))
+            label(ax, x + w / 2, 0.52, fed[i - 1], size=10)
+            arrow(ax, (x + w / 2, 0.68), (x + w / 2, y))
+            label(ax, x + w / 2, 2.45, predicted[i - 1], size=10, color=WEIGHT if i == 2 else INK)
+            arrow(ax, (x + w / 2, y + h), (x + w / 2, 2.3))
+    # the attention of step 2: every encoder state, weighted; the query is s_1
+    att_x, att_y, att_w, att_h = 3.05, 3.3, 1.9, 0.55
+    box(ax, att_x, att_y, att_w, att_h, "additive attention\n" + r"softmax over $j$",
+        ATTENTION, WEIGHT, size=9)
+    for j, (x, alpha) in enumerate(zip(enc_x, alphas)):
+        top = (x + w / 2, y + h)
+        end = (att_x + 0.35 + j * 0.4, att_y)
+        ax.plot([top[0], end[0]], [top[1], end[1]], color=WEIGHT, lw=0.6 + 7 * alpha,
+                solid_capstyle="round", zorder=0)
+        at = (top[0] + 0.25 * (end[0] - top[0]), top[1] + 0.25 * (end[1] - top[1]))
+        label(ax, at[0] + 0.1, at[1], f"{alpha:.2f}", size=8.5, ha="left", color=WEIGHT,
+              bbox=dict(facecolor="white", edgecolor="none", pad=1.0))
+    arrow(ax, (dec_x[1] + 0.15, y + h), (att_x + att_w - 0.15, att_y), color=QUERY_EDGE, lw=1.6)
+    label(ax, 5.5, 2.95, r"query $\mathbf{s}_1$", size=9.5, color=QUERY_EDGE, ha="left")
+    ctx_x = 5.75
+    box(ax, ctx_x, att_y, 1.35, att_h, r"context $\mathbf{c}_2$" + "\n"
+        + r"$= \sum_j \alpha_{2j}\mathbf{h}_j$", VALUE, VALUE_EDGE, size=9)
+    arrow(ax, (att_x + att_w, att_y + att_h / 2), (ctx_x, att_y + att_h / 2), color=VALUE_EDGE)
+    arrow(ax, (ctx_x + 1.15, att_y), (dec_x[2] + 0.12, y + h), color=VALUE_EDGE, lw=1.6)
+    label(ax, 4.5, 0.12, r"the previous state $\mathbf{s}_1$ asks, every encoder state answers "
+          r"with its weight $\alpha_{2j}$ (line width); the GRU step to $\mathbf{s}_2$ reads the "
+          "context and the word fed", size=8.5, color="#555555")
+    return fig
+
+
 # The diagrams, by file name; the notebooks that show each are found by tests/test_diagrams.py.
 DIAGRAMS = {
     "attention_cues": attention_cues,
@@ -733,6 +792,7 @@ DIAGRAMS = {
     "label_smoothing": label_smoothing,
     "grouped_query_heads": grouped_query_heads,
     "online_softmax_tiles": online_softmax_tiles,
+    "bahdanau_seq2seq": bahdanau_seq2seq,
 }
 
 
