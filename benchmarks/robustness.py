@@ -1,7 +1,7 @@
 """Do the notebooks' assertions hold on other seeds and thread counts, not only on the run we stored?
 
     python benchmarks/robustness.py                         # every notebook, seeds 0-4, 1 and 2 threads
-    python benchmarks/robustness.py notebooks/07_transformer_in_practice.ipynb --seeds 0 1 --threads 1
+    python benchmarks/robustness.py notebooks/09_training_recipe.ipynb --seeds 0 1 --threads 1
     python benchmarks/robustness.py --json results.json     # also keep the raw results
 
 Each notebook is executed top to bottom (plain execution, as a learner would run it: no comparison
