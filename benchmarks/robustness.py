@@ -191,7 +191,7 @@ WATCHED: dict[str, dict[str, str]] = {
         "baseline: final loss (< 0.1)": "baseline_report.epoch_losses[-1]",
         "attention: mean weight on the mirror position (> 0.4)": "mirror_share.mean().item()",
         "attention: mirror / uniform share (> 2)": "(mirror_share.mean() / uniform_share).item()",
-        "plain confidence (> 0.98)": "plain_confidence",
+        "plain confidence (> 0.95)": "plain_confidence",
         "smoothed: |confidence - q| (< 0.03)": "abs(smooth_confidence - q_true)",
         "smoothed: final loss - floor (0 .. 0.05)": "smoothed_report.epoch_losses[-1] - floor",
         "smoothed: exact match (>= 0.95)": "smoothed_accuracy",
