@@ -2,7 +2,7 @@
 
     python benchmarks/notebooks.py                          # every notebook; prints a table
     python benchmarks/notebooks.py notebooks/03_attention_scoring.ipynb
-    python benchmarks/notebooks.py --write notebooks/07_transformer_in_practice.ipynb
+    python benchmarks/notebooks.py --write notebooks/09_training_recipe.ipynb
 
 Run it in the environment the tests use, with D2LHELPERS_DATA_DIR pointing at the offline data as
 .ci/run sets it, on an otherwise idle machine (a second PyTorch process slows both down many times).

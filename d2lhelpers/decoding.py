@@ -19,8 +19,8 @@ only the new tokens when it keeps a key-value cache, and the whole prefix again 
 the loops never branch on the cache.
 
 Shapes: B batch, T time steps, V vocabulary size, k beam size. Taught in notebooks
-06_transformer (the cache), 07_translation (greedy decoding), 09_transformer_in_practice (beam
-search) and 10_beyond_2017 (sampling).
+06_transformer (the cache), 07_translation (greedy decoding), 10_decoding (beam search, the
+cache's speed-up) and 10_beyond_2017 (sampling).
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def advance_beams(beams: Beams, step_log_probs: torch.Tensor, eos: int,
     beam has one continuation, itself, at no cost and with its length unchanged; an unfinished one
     grows by one token. Candidates are ranked by log P / length^alpha (alpha = ``length_penalty``).
     Returns ``(beams, parents, tokens)``: the new :class:`Beams`, best first, and for each (B, k)
-    the beam it extends and the token it adds. The step that notebook 09's exercise writes.
+    the beam it extends and the token it adds. The step that notebook 10_decoding's exercise writes.
     """
     B, k, V = step_log_probs.shape
     carry_over = torch.full_like(step_log_probs, float("-inf"))

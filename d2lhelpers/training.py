@@ -2,8 +2,8 @@
 learning-rate schedule, and the training loop with teacher forcing.
 
 Shapes: B batch, T time steps, V target vocabulary size. Taught in notebooks 06_transformer
-(the loop, the loss) and 07_transformer_in_practice (label smoothing, the schedule, the paper's
-optimiser settings). Decoding lives in :mod:`d2lhelpers.decoding`.
+(the loop, the loss) and 09_training_recipe (label smoothing, the schedule, the paper's optimiser
+settings). Decoding lives in :mod:`d2lhelpers.decoding`.
 """
 
 from __future__ import annotations

@@ -1,45 +1,12 @@
-"""The checks of notebook 09_transformer_in_practice
-(d2lhelpers/exercises/checks_transformer_in_practice.py): right and plausible wrong answers (see
-checks_common.py)."""
+"""The checks of notebook 10_decoding (d2lhelpers/exercises/checks_decoding.py): right and
+plausible wrong answers (see checks_common.py)."""
 
 from __future__ import annotations
 
 import torch
 
-import d2lhelpers as d2lh
 from checks_common import CheckTests
-from d2lhelpers.exercises import checks_transformer_in_practice
-
-
-def real_token_smoothing(logits, targets, valid_lens, eps, real_tokens, divide_by_vocab=False,
-                         naive_log=False, multiply_mask=False, dense=False, no_padding_mask=False,
-                         total=False, swap_eps=False, real_sum=False, per_sentence=False,
-                         others_only=False):
-    T = logits.shape[1]
-    log_p = (torch.log(torch.softmax(logits, dim=-1)) if naive_log
-             else torch.log_softmax(logits, dim=-1))  # (B, T, V)
-    nll = -log_p.gather(2, targets[..., None]).squeeze(2)  # (B, T)
-    if dense:  # the target distribution written out, q * log_p over all V tokens
-        q = real_tokens.float() * eps / real_tokens.sum()
-        q = q.expand_as(log_p).clone()
-        q.scatter_add_(2, targets[..., None], torch.full_like(nll[..., None], 1 - eps))
-        losses = -(q * log_p).sum(dim=-1)
-    else:
-        real = real_tokens.expand_as(log_p)
-        if others_only:  # eps over the real tokens other than the target
-            real = real & (torch.arange(log_p.shape[-1]) != targets[..., None])
-        summed = log_p.masked_fill(~real, 0).sum(dim=-1)
-        count = logits.shape[-1] if divide_by_vocab else 1 if real_sum else real.sum(dim=-1)
-        keep = eps if swap_eps else 1 - eps
-        losses = keep * nll - (1 - keep) * summed / count
-    valid = torch.arange(T)[None, :] < valid_lens[:, None]
-    if multiply_mask:
-        return (losses * valid).sum() / valid.sum()
-    if no_padding_mask:
-        return losses.mean()
-    if per_sentence:
-        return torch.stack([row[:n].mean() for row, n in zip(losses, valid_lens)]).mean()
-    return losses[valid].sum() if total else losses[valid].mean()
+from d2lhelpers.exercises import checks_decoding
 
 
 def advance_beams(log_probs, lengths, finished, step_log_probs, eos, alpha, per_beam=False,
@@ -81,23 +48,6 @@ def advance_beams(log_probs, lengths, finished, step_log_probs, eos, alpha, per_
     return kept, new_lengths.gather(1, parents), ended, parents, tokens
 
 
-def r_minus_one(logits, targets, valid_lens, eps, real_tokens):
-    """The uniform part summed over the real tokens, target included, divided by R - 1."""
-    valid = torch.arange(logits.shape[1])[None, :] < valid_lens[:, None]
-    log_p = torch.log_softmax(logits[valid], dim=-1)
-    nll = -log_p.gather(1, targets[valid][:, None]).squeeze(1)
-    uniform = -log_p[:, real_tokens].sum(-1) / (real_tokens.sum() - 1)
-    return ((1 - eps) * nll + eps * uniform).mean()
-
-
-def target_weighted_one(logits, targets, valid_lens, eps, real_tokens):
-    """The negative log-likelihood of the target in full, plus eps times the uniform part."""
-    valid = torch.arange(logits.shape[1])[None, :] < valid_lens[:, None]
-    log_p = torch.log_softmax(logits[valid], dim=-1)
-    nll = -log_p.gather(1, targets[valid][:, None]).squeeze(1)
-    return (nll - eps * log_p[:, real_tokens].mean(-1)).mean()
-
-
 def worst_first_by_topk(log_probs, lengths, finished, step_log_probs, eos, alpha):
     """Beam search keeping the k worst candidates with topk(largest=False): ties (the -inf of
     beams not started) broken as topk breaks them."""
@@ -114,48 +64,6 @@ def worst_first_by_topk(log_probs, lengths, finished, step_log_probs, eos, alpha
 
 
 CHECKS = {
-    "check_real_token_smoothing": (real_token_smoothing, {
-        "smoothing over all V tokens": (
-            lambda logits, targets, lens, eps, real: d2lh.masked_cross_entropy(logits, targets, lens,
-                                                                               eps),
-            "on input <pad> and <bos> not real", "over all V tokens"),
-        "divided by V instead of the number of real tokens": (
-            lambda *a: real_token_smoothing(*a, divide_by_vocab=True), "<pad> and <bos> not real",
-            "divides by V"),
-        "divided by R - 1": (r_minus_one, "differ", "divides by R - 1"),
-        "the sum over the real tokens": (lambda *a: real_token_smoothing(*a, real_sum=True),
-                                         "differ", "is a sum over the real tokens"),
-        "log(softmax) instead of log_softmax": (
-            lambda *a: real_token_smoothing(*a, naive_log=True), "a logit 200 above the others",
-            "underflows"),
-        "the target distribution times log p, over every token": (
-            lambda *a: real_token_smoothing(*a, dense=True),
-            "the logits of <pad> and <bos> are -inf", "multiplies the target distribution"),
-        "padding removed by multiplying with a 0/1 mask": (
-            lambda *a: real_token_smoothing(*a, multiply_mask=True), "the result holds NaN",
-            "multiplying with a 0/1 mask"),
-        "padding kept": (lambda *a: real_token_smoothing(*a, no_padding_mask=True), "differ",
-                         "padding included"),
-        "sum over the positions": (lambda *a: real_token_smoothing(*a, total=True), "differ",
-                                   "sum over the valid positions"),
-        "mean per sentence": (lambda *a: real_token_smoothing(*a, per_sentence=True), "differ",
-                              "each sentence first"),
-        "the target weighted 1": (target_weighted_one, "differ", "full weight"),
-        "eps and 1 - eps swapped": (lambda *a: real_token_smoothing(*a, swap_eps=True), "differ",
-                                    "swapped"),
-        "the special tokens smoothed": (
-            lambda logits, targets, lens, eps, real: real_token_smoothing(logits, targets, lens,
-                                                                          eps, ~real),
-            "on input", "that are not real"),
-        "the first two tokens taken as the special ones": (
-            lambda logits, targets, lens, eps, real: real_token_smoothing(
-                logits, targets, lens, eps, torch.arange(len(real)) >= 2),
-            "on input", "first two tokens"),
-        "the target left out of the uniform part": (
-            lambda *a: real_token_smoothing(*a, others_only=True), "differ", "leaves out the target"),
-        "no smoothing at all": (lambda logits, targets, lens, eps, real: real_token_smoothing(
-            logits, targets, lens, 0.0, real), "differ", None),
-    }),
     "check_advance_beams": (advance_beams, {
         "each beam keeps only its best token": (
             lambda *a: advance_beams(*a, per_beam=True), "the first step", "their own best token"),
@@ -202,4 +110,4 @@ CHECKS = {
 
 
 class TestChecks(CheckTests):
-    CHECKS, MODULE = CHECKS, checks_transformer_in_practice
+    CHECKS, MODULE = CHECKS, checks_decoding
