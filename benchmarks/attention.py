@@ -11,9 +11,10 @@ Compares, over sequence lengths 64 .. 1024 (self-attention: T_q = T_k = T):
    on inputs of shape (B, T, d_model).
 The course's layers are timed on both of their paths: the readable one (``need_weights=True``,
 which keeps the weights for plotting) and the fast one (``need_weights=False``, what the
-Transformer trains with). Every side gets a padding mask (``valid_lens`` for the course, the
-equivalent boolean mask for PyTorch), and the outputs are checked to agree before anything is
-timed. Each time is a median of ``torch.utils.benchmark.Timer.blocked_autorange`` measurements of
+Transformer trains with). Every side starts from the same padding lengths ``valid_lens``: the
+course's layers take them as they are, PyTorch's side turns them into its boolean mask in the timed
+call (and negates it for ``nn.MultiheadAttention``), and the outputs are checked to agree before
+anything is timed. Each time is a median of ``torch.utils.benchmark.Timer.blocked_autorange`` measurements of
 one forward pass and the backward pass of ``output.sum()`` to the inputs and weights; the sides
 are measured in alternating rounds and each keeps its fastest round, which damps the noise of a
 shared CPU. Prints a Markdown table of times and ratios (course / PyTorch) measured in one run.
@@ -34,11 +35,16 @@ LENGTHS = (64, 128, 256, 512, 1024)
 SIZE = dict(batch_size=4, d=64, d_model=128, num_heads=4)
 
 
-def padding(batch_size: int, T: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """valid_lens (B,) from T/2 to T, and the same as a boolean mask (B, 1, T): True = seen."""
-    valid_lens = torch.linspace(T // 2, T, batch_size).long()
-    allowed = torch.arange(T)[None, :] < valid_lens[:, None]  # (B, T_k)
-    return valid_lens, allowed[:, None, :]  # (B, 1, T_k) broadcasts over the T_q queries
+def padding(batch_size: int, T: int) -> torch.Tensor:
+    """valid_lens (B,) from T/2 to T."""
+    return torch.linspace(T // 2, T, batch_size).long()
+
+
+def allowed(valid_lens: torch.Tensor, T: int) -> torch.Tensor:
+    """The lengths as PyTorch's boolean mask (B, 1, T_k), True = seen, broadcast over the queries.
+    PyTorch's side builds it inside the timed call: both sides start from the same lengths, as a
+    caller holding a batch of lengths does."""
+    return (torch.arange(T)[None, :] < valid_lens[:, None])[:, None, :]
 
 
 def make_timer(forward, tensors, num_threads: int) -> benchmark.Timer:
@@ -69,7 +75,7 @@ def dot_product_cases(T: int, batch_size: int, d: int, **_):
     """Three (forward, tensors) sides computing the same masked attention, checked to agree: the
     course's readable path, its fast path, PyTorch's."""
     q, k, v = (torch.randn(batch_size, T, d, requires_grad=True) for _ in range(3))
-    valid_lens, allowed = padding(batch_size, T)
+    valid_lens = padding(batch_size, T)
     ours = d2lh.DotProductAttention()
 
     def readable():
@@ -79,7 +85,7 @@ def dot_product_cases(T: int, batch_size: int, d: int, **_):
         return ours(q, k, v, valid_lens, need_weights=False)
 
     def pytorch():
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed(valid_lens, T))
 
     with torch.no_grad():
         for course in (readable, fast):
@@ -90,10 +96,9 @@ def dot_product_cases(T: int, batch_size: int, d: int, **_):
 def multihead_cases(T: int, batch_size: int, d_model: int, num_heads: int, **_):
     """d2lh.MultiHeadAttention and torch.nn.MultiheadAttention, same weights, self-attention."""
     X = torch.randn(batch_size, T, d_model, requires_grad=True)
-    valid_lens, allowed = padding(batch_size, T)
+    valid_lens = padding(batch_size, T)
     ours = d2lh.MultiHeadAttention(d_model, num_heads)
     theirs = ours.to_torch()
-    key_padding_mask = ~allowed[:, 0, :]  # (B, T_k), PyTorch's convention: True = ignore
 
     def readable():
         return ours(X, X, X, valid_lens)
@@ -102,6 +107,8 @@ def multihead_cases(T: int, batch_size: int, d_model: int, num_heads: int, **_):
         return ours(X, X, X, valid_lens, need_weights=False)
 
     def pytorch():
+        # PyTorch's key_padding_mask is True where a key is ignored: (B, T_k)
+        key_padding_mask = ~allowed(valid_lens, T)[:, 0, :]
         return theirs(X, X, X, key_padding_mask=key_padding_mask, need_weights=False)[0]
 
     with torch.no_grad():

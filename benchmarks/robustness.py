@@ -261,7 +261,7 @@ WATCHED: dict[str, dict[str, str]] = {
         "cache speed-up at T = 60 (> 2)": "speedups[-1]",
         "cache speed-up at T = 5 (below the one at T = 60)": "speedups[0]",
     },
-    "10_beyond_2017": {
+    "11_beyond_2017": {
         "added encoding: smallest spread of a score along a diagonal (> 0.1)": "added_spread",
         "length 16: lowest accuracy of any model (> 0.95)":
             "min(in_length[name].min().item() for name in ENCODINGS)",

@@ -26,7 +26,7 @@ Two paths compute the same attention, chosen explicitly with ``need_weights``:
   checks that the two agree, outputs and gradients.
 
 :func:`online_softmax_attention` computes the same function block by block, never holding the
-T_q x T_k weights (the idea behind FlashAttention), taught in notebook 10_beyond_2017.
+T_q x T_k weights (the idea behind FlashAttention), taught in notebook 11_beyond_2017.
 
 Taught in notebooks 03_attention_scoring and 04_multihead_attention.
 """
@@ -102,7 +102,9 @@ def check_valid_lens(valid_lens, batch_size: int, num_queries: int | None, num_k
     if bad:  # 2.5 (or NaN) keys would silently mean 3 (or none)
         raise ValueError(f"{name} must be whole numbers in [{minimum}, {keys_name}={num_keys}], "
                          f"got {bad[0] if len(bad) == 1 else bad[:5]}")
-    return valid_lens if device is None else valid_lens.to(device)
+    if device is None or valid_lens.device == torch.device(device):
+        return valid_lens
+    return valid_lens.to(device)
 
 
 def causal_valid_lens(batch_size: int, num_queries: int, offset: int = 0, device=None) -> torch.Tensor:
@@ -200,6 +202,14 @@ def _attention(queries, keys, values, valid_lens, dropout: nn.Dropout, need_weig
     scores = queries @ keys.transpose(-2, -1) / math.sqrt(d)  # (..., T_q, d) @ (..., d, T_k)
     weights = _masked_softmax(scores, _lens_mask(valid_lens, keys.shape[-2], queries.dim()))
     return dropout(weights) @ values, weights.detach()  # (..., T_q, T_k) @ (..., T_k, d_v)
+
+
+def _keep_weights(layer: nn.Module, weights: torch.Tensor | None) -> None:
+    """Keep the weights of the last call in ``layer.attention_weights`` (None on the fast path).
+    Skips a store that changes nothing: nn.Module's ``__setattr__`` costs about 10 us, which the
+    fast path feels on small inputs (benchmarks/attention.py, T = 64)."""
+    if weights is not None or layer.attention_weights is not None:
+        layer.attention_weights = weights
 
 
 def online_softmax_update(m: torch.Tensor, l: torch.Tensor, acc: torch.Tensor,
@@ -323,8 +333,8 @@ class DotProductAttention(nn.Module):
             )
         valid_lens = check_valid_lens(valid_lens, queries.shape[0], queries.shape[1],
                                       keys.shape[1], device=queries.device)
-        outputs, self.attention_weights = _attention(queries, keys, values, valid_lens,
-                                                     self.dropout, need_weights)
+        outputs, weights = _attention(queries, keys, values, valid_lens, self.dropout, need_weights)
+        _keep_weights(self, weights)
         return outputs
 
 
@@ -435,7 +445,7 @@ class MultiHeadAttention(nn.Module):
     A decoder attends in two steps, trusting its inputs: :meth:`project_keys_values` (once, into a
     :class:`KVCache`), then :meth:`attend` (for every new query); ``forward`` is the two together.
     :meth:`step` is causal self-attention of new positions after those in a cache.
-    Taught in notebooks 04_multihead_attention and 10_beyond_2017 (grouped queries, RoPE).
+    Taught in notebooks 04_multihead_attention and 11_beyond_2017 (grouped queries, RoPE).
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = False,
@@ -495,8 +505,9 @@ class MultiHeadAttention(nn.Module):
         Q = self.split_heads(self.W_q(queries))  # (B, h, T_q, d_k)
         if self.rotary is not None:
             Q = self.rotary(Q, offset)
-        heads, self.attention_weights = _attention(Q, cache.keys, cache.values, valid_lens,
-                                                   self.dropout, need_weights)
+        heads, weights = _attention(Q, cache.keys, cache.values, valid_lens, self.dropout,
+                                    need_weights)
+        _keep_weights(self, weights)
         return self.W_o(self.merge_heads(heads))  # (B, h, T_q, d_k) -> (B, T_q, d_model)
 
     def forward(self, queries, keys, values, valid_lens=None, need_weights: bool = True):

@@ -9,7 +9,7 @@ generation with temperature, top-k and top-p lives in :mod:`~d2lhelpers.decoding
 
 Shape legend (as in :mod:`~d2lhelpers.attention`): B batch, T positions, d_model model width,
 h query heads, g key-value heads, d_k per-head width, V vocabulary size. Taught in notebook
-10_beyond_2017.
+11_beyond_2017.
 """
 
 from __future__ import annotations

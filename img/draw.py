@@ -615,7 +615,7 @@ def label_smoothing():
 
 
 def grouped_query_heads():
-    """Which key-value head each query head reads: multi-head, grouped-query, multi-query (10)."""
+    """Which key-value head each query head reads: multi-head, grouped-query, multi-query (11)."""
     fig, ax = canvas(9.0, 3.3)
     h = 4
     panels = [(4, "multi-head attention", "g = h = 4"),
@@ -651,7 +651,7 @@ def grouped_query_heads():
 
 def online_softmax_tiles():
     """The online softmax over blocks of keys: one tile of scores at a time, a running max m
-    and sum l per query (FlashAttention's tiles) (10)."""
+    and sum l per query (FlashAttention's tiles) (11)."""
     fig, ax = canvas(9.0, 4.4)
     # Left: the T_q x T_k score matrix in tiles of 2 queries x 4 keys
     T_q, T_k, bq, bk, cell = 6, 12, 2, 4, 0.27

@@ -1,4 +1,4 @@
-"""The checks of notebook 10_beyond_2017's coding exercises: RoPE at given positions, one block of
+"""The checks of notebook 11_beyond_2017's coding exercises: RoPE at given positions, one block of
 the online softmax, cached grouped-query self-attention, and top-p probabilities."""
 
 from __future__ import annotations
