@@ -1,5 +1,5 @@
 """nbgrader's configuration for this course (nbgrader 0.9). nbgrader reads it when run from this
-folder; the README's "Teaching with this course" explains the grading steps.
+folder; the instructor's guide, exercises/README.md, explains the grading steps.
 
 It needs nbgrader and this repository's packages (d2lhelpers, exercise_authoring) installed in
 one environment, the environment whose Python runs the grading kernel ("python3").

@@ -93,15 +93,30 @@ def test_readme_lists_every_notebook_with_its_badge():
     assert linked <= {p.name for p in NOTEBOOKS}, f"README links missing notebooks: {linked}"
 
 
-def test_readme_describes_every_notebooks_exercises_and_names_every_check():
+def test_readme_links_the_instructors_guide():
     readme = (ROOT / "README.md").read_text()
-    heading = "What each notebook's exercises cover, and its exercise copy:"
-    teaching = readme.split(heading, 1)[1].split("\n## ", 1)[0]
+    assert "(exercises/README.md)" in readme, "README.md does not link the instructor's guide"
+
+
+def test_instructors_guide_describes_every_notebooks_exercises_and_names_every_check():
+    guide = (ROOT / "exercises" / "README.md").read_text(encoding="utf-8")
+    heading = "\n## What each notebook's exercises cover, and its exercise copy\n"
+    assert heading in guide, f"exercises/README.md lacks the heading {heading.strip()!r}"
+    table = guide.split(heading, 1)[1].split("\n## ", 1)[0]
     for notebook in NOTEBOOKS:
         number = notebook.name[:2]
-        assert f"\n| {number} | " in teaching, f"README's exercise table has no row for {number}"
+        assert f"\n| {number} | " in table, f"the guide's exercise table has no row for {number}"
     for check in (name for name in exercises.__all__ if name.startswith("check_")):
-        assert f"(`{check}`)" in teaching, f"README's exercise table does not name {check}"
+        assert f"(`{check}`)" in table, f"the guide's exercise table does not name {check}"
+
+
+@pytest.mark.parametrize("page", ["README.md", "exercises/README.md"])
+def test_relative_links_resolve(page):
+    path = ROOT / page
+    targets = re.findall(r"\]\(([^)\s]+)\)", path.read_text(encoding="utf-8"))
+    local = [t.split("#", 1)[0] for t in targets if not re.match(r"[a-z]+:|#", t)]
+    missing = [t for t in local if not (path.parent / t).exists()]
+    assert not missing, f"{page} links files that do not exist: {missing}"
 
 
 def test_notebook_runner_times_notebooks_and_writes_outputs_only_when_asked(tmp_path):

@@ -181,9 +181,9 @@ def test_stubs_are_not_implemented_yet_and_solutions_pass_the_copys_checks(noteb
     assert passed == sum(role_of(c) == "check" for c in source.cells) >= 2
 
 
-def test_readme_links_every_exercise_copy_on_colab():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_instructors_guide_links_every_exercise_copy_on_colab():
+    guide = (EXERCISE_DIR / "README.md").read_text(encoding="utf-8")
     for path in NOTEBOOKS:
-        assert f"(exercises/{path.name})" in readme, f"README does not link exercises/{path.name}"
+        assert f"]({path.name})" in guide, f"exercises/README.md does not link {path.name}"
         url = PROJECT.colab_url(EXERCISE_DIR / path.name)
-        assert f"({url})" in readme, f"README lacks the Colab badge {url}"
+        assert f"({url})" in guide, f"exercises/README.md lacks the Colab badge {url}"
