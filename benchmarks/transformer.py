@@ -30,7 +30,8 @@ from d2lhelpers.data import load_translation_data
 SIZE = dict(d_model=64, num_heads=4, ffn_hidden=128, num_layers=2, dropout=0.1)
 # the recipe of --time-to-bleu (see the README's Performance section for how it was chosen)
 RECIPE_SIZE = dict(d_model=128, num_heads=4, ffn_hidden=256, num_layers=2, dropout=0.0)
-RECIPE_BATCH_SIZE, RECIPE_LABEL_SMOOTHING = 128, 0.1
+RECIPE_BATCH_SIZE, RECIPE_LABEL_SMOOTHING = 64, 0.1
+RECIPE_HALVE_EVERY = 1000  # updates: Adam's learning rate 2e-3 halves every 1000 updates
 
 
 class TorchTransformer(nn.Module):
@@ -220,9 +221,10 @@ def other_cpu_seconds():
 def time_to_bleu(args):
     """The --time-to-bleu mode: both models, the same recipe and batches, BLEU after every epoch."""
     if args.baseline:  # the settings of the throughput mode
-        batch_size, bucket, size, label_smoothing = 128, False, SIZE, 0.0
+        batch_size, bucket, size, label_smoothing, halve_every = 128, False, SIZE, 0.0, None
     else:
         batch_size, bucket, label_smoothing = args.batch_size, True, args.label_smoothing
+        halve_every = args.halve_every
         size = dict(d_model=args.d_model, num_heads=args.num_heads, ffn_hidden=args.ffn_hidden,
                     num_layers=args.num_layers, dropout=args.dropout)
     data = load_translation_data(batch_size=batch_size, num_steps=10, num_lines=10_000,
@@ -237,7 +239,11 @@ def time_to_bleu(args):
     loaders = {name: data.train_loader(bucket=bucket) for name in models}
 
     def make_optimizer(model):
-        return torch.optim.Adam(model.parameters(), lr=2e-3, fused=True), None
+        optimizer = torch.optim.Adam(model.parameters(), lr=2e-3, fused=True)
+        if halve_every is None:
+            return optimizer, None
+        return optimizer, torch.optim.lr_scheduler.LambdaLR(  # stepped after every update
+            optimizer, lambda update: 0.5 ** (update / halve_every))
 
     other_before = other_cpu_seconds()
     start = time.perf_counter()
@@ -245,7 +251,8 @@ def time_to_bleu(args):
                            args.max_seconds, label_smoothing=label_smoothing)
     wall = time.perf_counter() - start
     recipe = (f"batch {batch_size}, {'bucketed by length' if bucket else 'padded to 10 steps'}, "
-              f"{', '.join(f'{k} {v}' for k, v in size.items())}, Adam 2e-3, "
+              f"{', '.join(f'{k} {v}' for k, v in size.items())}, Adam 2e-3"
+              f"{'' if halve_every is None else f' halved every {halve_every} updates'}, "
               f"label smoothing {label_smoothing}")
     print(f"Held-out BLEU (greedy, {len(data.held_out)} sentences) after every epoch, against seconds "
           f"of training (evaluation not counted), both models in alternating epochs on the same "
@@ -281,6 +288,8 @@ def main():
                         help="--time-to-bleu with the settings of the throughput mode, not the recipe")
     recipe = parser.add_argument_group("the recipe's settings, for --time-to-bleu")
     recipe.add_argument("--batch-size", type=int, default=RECIPE_BATCH_SIZE)
+    recipe.add_argument("--halve-every", type=int, default=RECIPE_HALVE_EVERY,
+                        help="updates after which the learning rate has halved (decays smoothly)")
     recipe.add_argument("--d-model", type=int, default=RECIPE_SIZE["d_model"])
     recipe.add_argument("--num-heads", type=int, default=RECIPE_SIZE["num_heads"])
     recipe.add_argument("--ffn-hidden", type=int, default=RECIPE_SIZE["ffn_hidden"])
