@@ -111,7 +111,8 @@ def train_seq2seq(model: nn.Module, data_loader, num_epochs: int | None = None, 
     :func:`transformer_lr`). Stops after ``num_epochs`` epochs or, if given, once ``max_seconds``
     of training have passed (checked after every update). Shows a progress bar (``progress``);
     ``on_epoch_end(report)`` is called after every epoch, e.g. with
-    :func:`~d2lhelpers.plotting.live_loss_plot` to draw the loss as it falls.
+    :func:`~d2lhelpers.plotting.live_loss_plot` to draw the loss as it falls; it may evaluate the
+    model (training mode is switched on again before every epoch). The model is left in eval mode.
     """
     if num_epochs is None and max_seconds is None:
         raise ValueError("give num_epochs, max_seconds or both")
@@ -126,6 +127,7 @@ def train_seq2seq(model: nn.Module, data_loader, num_epochs: int | None = None, 
     epochs = range(num_epochs) if num_epochs is not None else itertools.count()
     bar = tqdm(total=num_epochs, unit="epoch", disable=not progress, file=sys.stdout)
     for _ in epochs:
+        model.train()  # again each epoch: on_epoch_end may have evaluated (which switches to eval)
         # summed on the device, read once per epoch: no synchronisation at every update
         total_loss = total_tokens = torch.zeros((), device=device)
         start = time.perf_counter()

@@ -263,3 +263,16 @@ def test_train_seq2seq_takes_an_optimizer_and_steps_the_scheduler_once_per_updat
     d2lh.train_seq2seq(model, data.train_loader(), 1, optimizer=optimizer, scheduler=scheduler,
                        progress=False)
     assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_train_seq2seq_trains_every_epoch_in_training_mode_even_after_an_evaluating_callback():
+    data = tiny_copy_data()
+    torch.manual_seed(0)
+    model = d2lh.Transformer(len(data.src_vocab), len(data.tgt_vocab), d_model=8, num_heads=2,
+                             ffn_hidden=8, num_layers=1, dropout=0.5)
+    modes = []  # the model's mode at each forward pass
+    model.register_forward_pre_hook(lambda module, args: modes.append(module.training))
+    d2lh.train_seq2seq(model, data.train_loader(), 2, progress=False,
+                       on_epoch_end=lambda report: model.eval())  # as held_out_bleu leaves it
+    assert modes == [True] * 8  # 2 epochs of 4 updates, dropout on in both
+    assert not model.training  # left in eval mode
