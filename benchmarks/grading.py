@@ -75,7 +75,9 @@ for module_name, module in list(sys.modules.items()):
     if module_name.startswith("d2lhelpers.exercises."):
         module.run_check = always_correct'''
 
-_MARKER_LINE = re.compile(r"^[ \t]*### (?:BEGIN|END) SOLUTION[^\n]*\n?", re.MULTILINE)
+# a line of nbgrader's solution markers: "### BEGIN SOLUTION" in code, "<!-- BEGIN SOLUTION -->" in
+# markdown (nbgrader looks for the words anywhere in a line)
+_MARKER_LINE = re.compile(r"^[^\n]*(?:BEGIN|END) SOLUTION[^\n]*\n?", re.MULTILINE)
 
 
 @dataclasses.dataclass

@@ -11,6 +11,10 @@ markers, and its check cell calls the check, on a line of its own::
 
     d2lh.exercises.check_multiplicative_scores(multiplicative_scores)
 
+A model answer to a question, in markdown, sits between the same markers in HTML comments, which
+renderers hide (``<!-- BEGIN SOLUTION -->`` ... ``<!-- END SOLUTION -->``; nbgrader looks for
+"BEGIN SOLUTION" anywhere in a line).
+
 nbgrader's source notebook adds the hidden tests below the call, which a learner never reads::
 
     d2lh.exercises.check_multiplicative_scores(multiplicative_scores)
@@ -27,8 +31,10 @@ Three commands, run from the repository's folder::
 ``update`` rewrites, in place, each teaching notebook's setup cell (on Colab it installs
 d2lhelpers at the release tag of the package's version; anywhere it imports d2lhelpers), its
 nbgrader cell metadata, and moves nbval's comment markers into cell tags; it removes hidden tests
-left in check cells. ``copies`` writes student copies: solutions replaced by stubs, model answers
-by "YOUR ANSWER HERE", outputs cleared, and the Open-in-Colab badge opening the copy itself at the
+left in check cells, and turns markers written as ``### BEGIN SOLUTION`` in markdown (a heading
+there) into HTML comments. ``copies`` writes student copies: solutions replaced by stubs (they
+raise ``d2lhelpers.exercises.NotWrittenYet``, which Jupyter shows in two lines), model answers by
+"YOUR ANSWER HERE", outputs cleared, and the Open-in-Colab badge opening the copy itself at the
 release tag (``--answer-key DIR`` also writes copies that keep the solutions). ``source`` writes
 nbgrader's source notebooks, for an nbgrader course folder's ``source/<assignment>/``: each
 teaching notebook, current as ``update`` writes it, with the hidden tests in its check cells.
@@ -43,11 +49,14 @@ from __future__ import annotations
 
 from .copies import (
     ANSWER_STUB,
+    BEGIN_ANSWER,
     BEGIN_HIDDEN_TESTS,
     BEGIN_SOLUTION,
+    END_ANSWER,
     END_HIDDEN_TESTS,
     END_SOLUTION,
     STUB,
+    has_solution,
     notebook_text,
     source_of,
     student_notebook,
@@ -68,8 +77,10 @@ from .sources import (
 
 __all__ = [
     "ANSWER_STUB",
+    "BEGIN_ANSWER",
     "BEGIN_HIDDEN_TESTS",
     "BEGIN_SOLUTION",
+    "END_ANSWER",
     "END_HIDDEN_TESTS",
     "END_SOLUTION",
     "SETUP_GRADE_ID",
@@ -77,6 +88,7 @@ __all__ = [
     "Project",
     "check_calls",
     "find_project",
+    "has_solution",
     "hidden_tests_source",
     "main",
     "nbgrader_role",

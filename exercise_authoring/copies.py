@@ -1,5 +1,12 @@
 """Student copies: solutions replaced by stubs, hidden tests removed, outputs cleared, and the
-Open-in-Colab badge pointing at the copy itself."""
+Open-in-Colab badge pointing at the copy itself.
+
+A solution lies between nbgrader's markers: in a code cell the comments ``### BEGIN SOLUTION`` /
+``### END SOLUTION``; in a markdown cell (a model answer) the HTML comments ``<!-- BEGIN SOLUTION
+-->`` / ``<!-- END SOLUTION -->``, which every renderer hides (a line ``### BEGIN SOLUTION`` there
+would show as a heading). nbgrader accepts both: a line that contains "BEGIN SOLUTION" starts a
+solution, whatever its comment marks (nbgrader's ``ClearSolutions``), and so it does here.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +20,14 @@ from .project import find_project
 
 __all__ = [
     "ANSWER_STUB",
+    "BEGIN_ANSWER",
     "BEGIN_HIDDEN_TESTS",
     "BEGIN_SOLUTION",
+    "END_ANSWER",
     "END_HIDDEN_TESTS",
     "END_SOLUTION",
     "STUB",
+    "has_solution",
     "notebook_text",
     "source_of",
     "student_notebook",
@@ -25,17 +35,29 @@ __all__ = [
     "write_copies",
 ]
 
-BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
+BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"  # in code cells
+BEGIN_ANSWER, END_ANSWER = "<!-- BEGIN SOLUTION -->", "<!-- END SOLUTION -->"  # in markdown
 BEGIN_HIDDEN_TESTS, END_HIDDEN_TESTS = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
-STUB = "# YOUR CODE HERE\nraise NotImplementedError()"  # nbgrader's stubs, so that its release
-ANSWER_STUB = "YOUR ANSWER HERE"                       # notebooks equal our copies
+_BEGIN, _END = "BEGIN SOLUTION", "END SOLUTION"  # what nbgrader looks for in a line
+# The stubs. nbgrader's release writes the same ones (the code stub is given to it as
+# ClearSolutions.code_stub in the repository's nbgrader_config.py), so that its release notebooks
+# equal our copies. The code stub raises d2lhelpers.exercises.NotWrittenYet, a NotImplementedError
+# that Jupyter shows in two lines naming the function to write (``d2lhelpers``: the name the
+# setup cell imports).
+STUB = "# YOUR CODE HERE\nraise d2lhelpers.exercises.NotWrittenYet()"
+ANSWER_STUB = "YOUR ANSWER HERE"  # nbgrader's own text stub
 
-_REGION = re.compile(r"^([ \t]*)### BEGIN SOLUTION[^\n]*\n.*?^[ \t]*### END SOLUTION[^\n]*$",
+_REGION = re.compile(rf"^([ \t]*)[^\n]*{_BEGIN}[^\n]*\n.*?^[^\n]*{_END}[^\n]*$",
                      re.MULTILINE | re.DOTALL)
 _HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[^\n]*\n.*?^[ \t]*### END HIDDEN TESTS[^\n]*\n?",
                      re.MULTILINE | re.DOTALL)
 BADGE = re.compile(r"(\[!\[Open In Colab\]\(https://colab\.research\.google\.com/assets/"
                    r"colab-badge\.svg\)\])\((https://colab\.research\.google\.com/github/[^)\s]+)\)")
+
+
+def has_solution(source: str) -> bool:
+    """Whether a cell's source holds a solution region (a line with nbgrader's "BEGIN SOLUTION")."""
+    return _BEGIN in source
 
 
 def source_of(cell: dict) -> str:
@@ -46,10 +68,11 @@ def source_of(cell: dict) -> str:
 def student_source(source: str, cell_type: str = "code") -> str:
     """A cell's source with each solution replaced by a stub and hidden tests removed.
 
-    In a code cell the stub raises NotImplementedError, indented like the solution it replaces; in
-    a markdown cell (a model answer to a question) it is the line "YOUR ANSWER HERE", as in nbgrader.
+    In a code cell the stub (:data:`STUB`) raises ``d2lhelpers.exercises.NotWrittenYet``, indented
+    like the solution it replaces; in a markdown cell (a model answer to a question) it is the line
+    "YOUR ANSWER HERE". Each line holding a marker goes with the region, as in nbgrader.
     """
-    for begin, end in ((BEGIN_SOLUTION, END_SOLUTION), (BEGIN_HIDDEN_TESTS, END_HIDDEN_TESTS)):
+    for begin, end in ((_BEGIN, _END), (BEGIN_HIDDEN_TESTS, END_HIDDEN_TESTS)):
         if source.count(begin) != source.count(end):
             raise ValueError(f"unbalanced markers: {source.count(begin)} {begin!r} but "
                              f"{source.count(end)} {end!r} in cell:\n{source}")
@@ -99,7 +122,7 @@ def write_copies(paths: Sequence[Path], out_dir: Path,
     written = []
     for path in map(Path, paths):
         notebook = json.loads(path.read_text(encoding="utf-8"))
-        if not any(BEGIN_SOLUTION in source_of(c) for c in notebook["cells"]
+        if not any(has_solution(source_of(c)) for c in notebook["cells"]
                    if c["cell_type"] == "code"):
             raise ValueError(f"{path} has no exercise solution ({BEGIN_SOLUTION!r}) to remove")
         project = find_project(path.parent)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import re
 
-from .copies import BEGIN_HIDDEN_TESTS, BEGIN_SOLUTION, source_of
+from .copies import BEGIN_HIDDEN_TESTS, has_solution, source_of
 
 __all__ = [
     "NBGRADER_SCHEMA_VERSION",
@@ -35,19 +35,19 @@ def nbgrader_role(cell: dict) -> tuple[str, str] | None:
     graded).
     """
     source = source_of(cell)
-    has_solution, has_hidden = BEGIN_SOLUTION in source, BEGIN_HIDDEN_TESTS in source
+    solution, has_hidden = has_solution(source), BEGIN_HIDDEN_TESTS in source
     if cell["cell_type"] == "markdown":
         if has_hidden:
             raise ValueError(f"hidden tests belong in a code cell, found in markdown:\n{source}")
-        return ("answer", "") if has_solution else None
+        return ("answer", "") if solution else None
     if cell["cell_type"] != "code":
         return None
     if source.startswith(SETUP_HEADER):
         return ("setup", SETUP_GRADE_ID)
     check = CHECK_CALL.search(source)
-    if has_solution and (check or has_hidden):
+    if solution and (check or has_hidden):
         raise ValueError(f"a cell holds both a solution and a check; split it:\n{source}")
-    if has_solution:
+    if solution:
         definition = _DEFINITION.search(source)
         return ("solution", definition.group(1) if definition else "")
     if check or has_hidden:

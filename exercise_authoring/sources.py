@@ -1,8 +1,9 @@
 """The generated parts of the notebooks, rewritten from one template each.
 
 A teaching notebook (``notebooks/``, what a learner reads) holds the setup cell (its first code
-cell), the solutions between nbgrader's markers, check cells that call a check on a line of their
-own, nbgrader's cell metadata, and nbval's markers as cell tags: ``update`` keeps these current.
+cell), the solutions between nbgrader's markers (in markdown, HTML comments that renderers hide),
+check cells that call a check on a line of their own, nbgrader's cell metadata, and nbval's
+markers as cell tags: ``update`` keeps these current.
 nbgrader's source notebook of a teaching notebook (what an instructor puts in nbgrader's
 ``source/<assignment>/`` folder) is the same notebook with the hidden tests below the call in every
 check cell: ``nbgrader_sources`` writes it. The hidden tests are never stored where a learner reads.
@@ -15,7 +16,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from .copies import BEGIN_HIDDEN_TESTS, END_HIDDEN_TESTS, source_of
+from .copies import BEGIN_ANSWER, BEGIN_HIDDEN_TESTS, END_ANSWER, END_HIDDEN_TESTS, source_of
 from .nbgrader_metadata import SETUP_HEADER, nbgrader_role, with_nbgrader_metadata
 from .project import Project, find_project
 
@@ -37,12 +38,15 @@ _HIDDEN_REGION = re.compile(r"\n?^[ \t]*### BEGIN HIDDEN TESTS[^\n]*\n.*?^[ \t]*
 _NBVAL_MARKERS = ("NBVAL_IGNORE_OUTPUT", "NBVAL_CHECK_OUTPUT", "NBVAL_RAISES_EXCEPTION", "NBVAL_SKIP")
 _NBVAL_COMMENT = re.compile(rf"^[ \t]*#+[ \t]*({'|'.join(_NBVAL_MARKERS)})[ \t]*(?:\n|\Z)",
                             re.MULTILINE)
+# nbgrader's markers written as in code ("### BEGIN SOLUTION"), which markdown shows as headings
+_MARKDOWN_HEADING_MARKER = re.compile(r"^[ \t]*#+[ \t]*(BEGIN|END) SOLUTION[ \t#]*$", re.MULTILINE)
 
 
 def setup_source(project: Project) -> str:
     """The setup cell: on Colab it installs d2lhelpers at the release tag of ``project``'s
     version; anywhere it imports d2lhelpers, so that a kernel without it fails here, on a line
-    that says how to install it (and nbgrader's autograde stops: see ``grading``)."""
+    that says how to install it (and nbgrader's autograde stops: see ``grading``). The name it
+    binds, ``d2lhelpers``, is the one the stubs of the student copies use (``copies.STUB``)."""
     return f'''{SETUP_HEADER} on Colab, install the course's package d2lhelpers at the version of this notebook.
 import sys
 if "google.colab" in sys.modules:
@@ -54,7 +58,8 @@ def hidden_tests_source(calls: Sequence[tuple[str, str]]) -> str:
     """Hidden tests rerunning each (check, function) with other inputs (seed=1) by a copy of the
     checking code loaded afresh from d2lhelpers' files (``check_afresh`` in
     ``d2lhelpers/exercises/runner.py``), so that a solution that replaces ``d2lh.exercises``, a
-    check or ``run_check`` cannot earn the points."""
+    check or ``run_check`` cannot earn the points. They print nothing when they pass: the visible
+    check above them has printed its "Correct" line."""
     lines = [BEGIN_HIDDEN_TESTS,
              "# For the grader: the same check on other inputs (seed=1), by a copy of the checking code",
              "# loaded afresh from d2lhelpers' files, which no code in this notebook can have patched.",
@@ -84,12 +89,25 @@ def _nbval_markers_to_tags(cell: dict) -> None:
              if tag not in tags]
 
 
+def _answer_markers_hidden(source: str) -> str:
+    """A markdown cell's source with nbgrader's markers written as code comments ("### BEGIN
+    SOLUTION", a heading in markdown) turned into HTML comments, which renderers hide."""
+    return _MARKDOWN_HEADING_MARKER.sub(
+        lambda m: BEGIN_ANSWER if m.group(1) == "BEGIN" else END_ANSWER, source)
+
+
 def updated_notebook(notebook: dict, project: Project) -> dict:
     """The teaching notebook ``notebook`` (nbformat JSON as a dict) with its setup cell rewritten
     from the template, hidden tests removed from its check cells, nbval's comment markers moved
-    into cell tags, and its nbgrader metadata rewritten; a notebook that is up to date comes back
-    equal."""
+    into cell tags, the solution markers of its markdown cells made HTML comments, and its
+    nbgrader metadata rewritten; a notebook that is up to date comes back equal."""
     notebook = copy.deepcopy(notebook)
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "markdown":
+            source = source_of(cell)
+            hidden = _answer_markers_hidden(source)
+            if hidden != source:
+                cell["source"] = hidden
     code = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
     if not code or "google.colab" not in source_of(code[0]):
         raise ValueError("notebook's first code cell must be its setup cell (it installs "

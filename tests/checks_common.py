@@ -104,9 +104,11 @@ class CheckTests:
         assert str(full.value) == failure.value.details == full.value.details
         assert "verbose=True" in str(failure.value) and "verbose=True" not in str(full.value)
 
-    def test_a_stub_is_reported_as_not_implemented(self, check):
+    @pytest.mark.parametrize("stub_error", [exercises.NotWrittenYet, NotImplementedError],
+                             ids=["our stub", "nbgrader's default stub"])
+    def test_a_stub_is_reported_as_not_implemented(self, check, stub_error):
         def stub(*args):
-            raise NotImplementedError()
+            raise stub_error()
 
         with pytest.raises(ExerciseCheckFailed, match="not implemented yet"):
             getattr(exercises, check)(stub)

@@ -33,9 +33,18 @@ def test_student_source_stubs_solutions_keeping_indentation_and_drops_hidden_tes
     assert student_source(SOLVED) == '''def double(x):
     """Twice x."""
     # YOUR CODE HERE
-    raise NotImplementedError()
+    raise d2lhelpers.exercises.NotWrittenYet()
 
 check(double)'''
+
+
+def test_model_answers_take_the_markers_in_html_comments_or_as_in_code():
+    for begin, end in ((authoring.BEGIN_ANSWER, authoring.END_ANSWER),
+                       (authoring.BEGIN_SOLUTION, authoring.END_SOLUTION)):
+        answer = f"**Answer:**\n{begin}\nBecause.\n{end}\nMore."
+        assert student_source(answer, "markdown") == "**Answer:**\nYOUR ANSWER HERE\nMore."
+        cell = {"cell_type": "markdown", "metadata": {}, "source": answer}
+        assert authoring.nbgrader_role(cell) == ("answer", "")
 
 
 def test_student_source_rejects_unbalanced_markers():
@@ -262,6 +271,18 @@ def test_updated_notebook_rewrites_setup_cell_and_metadata_and_removes_hidden_te
         authoring.updated_notebook(exercise_notebook(
             ("code", OLD_SETUP, {}), ("code", "d2lh.exercises.check_double(double, seed=3)", {})),
             PROJECT)
+
+
+def test_updated_notebook_hides_the_markers_of_model_answers_in_html_comments():
+    answer = "**Answer:**\n### BEGIN SOLUTION\nBecause.\n  ##  END SOLUTION ##"
+    notebook = exercise_notebook(("code", OLD_SETUP, {}), ("code", SOLUTION_CELL, {}),
+                                 ("markdown", answer, {}))
+    cells = authoring.updated_notebook(notebook, PROJECT)["cells"]
+    assert cells[2]["source"] == "**Answer:**\n<!-- BEGIN SOLUTION -->\nBecause.\n<!-- END SOLUTION -->"
+    assert cells[2]["metadata"]["nbgrader"]["grade_id"] == "answer_1"
+    assert cells[1]["source"] == SOLUTION_CELL, "code keeps its comments"
+    assert authoring.updated_notebook({**notebook, "cells": cells}, PROJECT)["cells"] == cells
+    assert student_source(cells[2]["source"], "markdown") == "**Answer:**\nYOUR ANSWER HERE"
 
 
 def test_updated_notebook_moves_nbval_comment_markers_into_cell_tags():

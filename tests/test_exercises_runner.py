@@ -299,6 +299,12 @@ def test_run_check_reports_wrong_shapes_errors_and_missing_work():
     with pytest.raises(ExerciseCheckFailed, match="not implemented yet"):
         run_check("softmax", not_done, CASES, reference)
 
+    def stub(x):
+        raise d2lh.exercises.NotWrittenYet()  # what a student copy's stub raises
+
+    with pytest.raises(ExerciseCheckFailed, match="softmax: not implemented yet"):
+        run_check("softmax", stub, CASES, reference)
+
     def unsupported(x):  # PyTorch's own NotImplementedError is an error, not a stub
         raise NotImplementedError("not supported for this dtype")
 
@@ -410,15 +416,26 @@ def patched_checks(monkeypatch):
 
 def test_check_afresh_grades_with_a_copy_that_the_patches_do_not_reach(patched_checks, capsys):
     def causal_lens(batch_size, num_queries):
-        raise NotImplementedError()
+        raise d2lh.exercises.NotWrittenYet()  # the copy's stub: a class the private copy lacks
 
     d2lh.exercises.check_causal_lens(causal_lens)
     assert capsys.readouterr().out == "Correct\n"  # the visible check is fooled
     with pytest.raises(AssertionError, match="causal_lens.*not implemented yet"):
         check_afresh("check_causal_lens", causal_lens)
-    check_afresh("check_causal_lens", lambda B, T: torch.arange(1, T + 1).repeat(B, 1))
+    solved = lambda B, T: torch.arange(1, T + 1).repeat(B, 1)  # noqa: E731
+    check_afresh("check_causal_lens", solved)
+    assert capsys.readouterr().out == "", "a hidden test passes quietly: the visible check spoke"
+    check_afresh("check_causal_lens", solved, quiet=False)
     assert capsys.readouterr().out == \
         "Correct: causal_lens (through d2lh.masked_softmax) passed all 5 checks.\n"
+
+    def warns(B, T):
+        warnings.warn("a warning of the learner's function")
+        return torch.zeros(B, T)
+
+    with pytest.raises(AssertionError):
+        check_afresh("check_causal_lens", warns)
+    assert "a warning of the learner's function" in capsys.readouterr().out, "shown on a failure"
     assert not [name for name in sys.modules if "afresh" in name], "the copy is not left behind"
     with pytest.raises(ValueError, match="check must name a check of d2lhelpers.exercises, got 'run_check'"):
         check_afresh("run_check", always_correct)
@@ -433,5 +450,34 @@ def test_the_generated_hidden_tests_fail_an_unsolved_exercise_despite_the_patch(
     assert capsys.readouterr().out == "Correct\n"
     namespace["causal_lens"] = lambda B, T: torch.arange(1, T + 1).repeat(B, 1)
     exec(cell, namespace)
-    assert capsys.readouterr().out == \
-        "Correct\nCorrect: causal_lens (through d2lh.masked_softmax) passed all 5 checks.\n"
+    assert capsys.readouterr().out == "Correct\n", "the hidden tests pass quietly"
+
+
+# The stub of a student copy ------------------------------------------------------------------
+
+class Layer:
+    def forward(self, x):
+        raise d2lh.exercises.NotWrittenYet()
+
+
+def test_a_stub_names_its_function_and_says_where_to_write_it():
+    with pytest.raises(NotImplementedError) as raised:
+        Layer().forward(1)
+    error = raised.value
+    assert isinstance(error, d2lh.exercises.NotWrittenYet) and error.function == "Layer.forward"
+    assert str(error) == ("`Layer.forward` is an exercise still to write (where it says YOUR CODE "
+                          "HERE): write it, run its cell, then this one.")
+    assert error._render_traceback_() == [  # called from this test's function, not from a cell
+        "NotWrittenYet: `Layer.forward` is an exercise still to write.",
+        "Write it in its exercise cell above (where it says YOUR CODE HERE), run that cell, then "
+        "this one."]
+    namespace = {"d2lh": d2lh}
+    with pytest.raises(NotImplementedError) as raised:  # a stub run in the cell that holds it
+        exec(compile("def f():\n    raise d2lh.exercises.NotWrittenYet()\nf()", "<cell>", "exec"),
+             namespace)
+    assert raised.value._render_traceback_()[1] == \
+        "Write it in this cell (where it says YOUR CODE HERE), then run the cell again."
+    with pytest.raises(NotImplementedError) as raised:  # outside a function
+        exec("raise d2lh.exercises.NotWrittenYet()", namespace)
+    assert raised.value.function is None
+    assert raised.value._render_traceback_()[0] == "NotWrittenYet: this is an exercise still to write."

@@ -38,6 +38,8 @@ def test_the_configuration_allows_long_cells_and_stops_on_a_failed_setup_cell():
     assert preprocessors[preprocessors.index(Execute) + 1] is RequireSetupCell
     defaults = Autograde.class_traits()["autograde_preprocessors"].default()
     assert [p for p in preprocessors if p is not RequireSetupCell] == defaults
+    assert config.ClearSolutions.code_stub == {"python": authoring.STUB}, "our copies' stubs"
+    assert config.ClearSolutions.text_stub == authoring.ANSWER_STUB
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +79,18 @@ def test_the_patch_fools_the_visible_checks_but_earns_no_point(course):
         output = patched.check_output(notebook, check)
         assert output.startswith("Correct\n"), output  # the patched visible check ran...
         assert "ExerciseCheckFailed: " in output and "not implemented yet" in output  # ...in vain
+
+
+def test_a_graded_check_cell_says_correct_once_though_its_hidden_tests_ran_too(course):
+    _, results = course
+    solved = results["solved"]
+    for notebook, check in solved.points:
+        cell = next(c for c in solved.notebooks[notebook].cells if round_trip.grade_id(c) == check)
+        assert authoring.BEGIN_HIDDEN_TESTS in cell.source, "graded with its hidden tests"
+        output = solved.check_output(notebook, check)
+        assert output.splitlines() == [line for line in output.splitlines()
+                                       if line.startswith("Correct: ")], output
+        assert len(output.splitlines()) == len(authoring.check_calls(cell.source)), output
 
 
 def test_nbgrader_grades_the_source_notebook_with_hidden_tests_the_teaching_notebook_lacks(course):

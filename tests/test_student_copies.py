@@ -29,7 +29,9 @@ PROJECT = authoring.find_project(ROOT)
 NOTEBOOKS = [path for path in sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
              if authoring.BEGIN_SOLUTION in path.read_text(encoding="utf-8")]
 MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
-REGIONS = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)[^\n]*\n(.*?)### END \1", re.DOTALL)
+# a region between markers: "### BEGIN SOLUTION" in code, "<!-- BEGIN SOLUTION -->" in markdown
+REGIONS = re.compile(r"BEGIN (SOLUTION|HIDDEN TESTS)[^\n]*\n(.*?)^[^\n]*END \1",
+                     re.DOTALL | re.MULTILINE)
 UPDATE = "python -m exercise_authoring update notebooks/*.ipynb"
 COPIES = "python -m exercise_authoring copies notebooks/*.ipynb --out exercises/"
 
@@ -112,7 +114,7 @@ def test_student_copy_is_valid_holds_no_solution_and_opens_itself_on_colab(noteb
     assert all(c.outputs == [] and c.execution_count is None for c in code)
     for cell in copy.cells:
         if role_of(cell) == "solution":
-            assert "raise NotImplementedError()" in cell.source
+            assert authoring.STUB.splitlines()[-1] in cell.source
         elif role_of(cell) == "answer":
             assert authoring.ANSWER_STUB in cell.source
 
@@ -173,12 +175,37 @@ def test_stubs_are_not_implemented_yet_and_solutions_pass_the_copys_checks(noteb
                 exec(source.cells[solved].source, namespace)
             stubs = []
             exec(cell.source, namespace)
-            exec(source.cells[index].source, namespace)  # the check again, then the hidden tests
             lines = capsys.readouterr().out.splitlines()
-            assert len(lines) == 3 * len(authoring.check_calls(cell.source)), lines
+            assert len(lines) == len(authoring.check_calls(cell.source)), lines
             assert all(line.startswith("Correct: ") for line in lines), lines
+            exec(source.cells[index].source, namespace)  # the check again, then the hidden tests
+            assert capsys.readouterr().out.splitlines() == lines, "the hidden tests pass quietly"
             passed += 1
     assert passed == sum(role_of(c) == "check" for c in source.cells) >= 2
+
+
+def test_a_stub_called_outside_its_check_shows_two_lines_in_ipython(tmp_path):
+    """In IPython (as in Jupyter), a cell that calls an exercise still a stub, through PyTorch's
+    layers, shows which function to write and where, instead of a traceback."""
+    import subprocess
+    import sys
+
+    cells = [authoring.setup_source(PROJECT), authoring.student_source(
+        "import torch\n\nclass Layer(torch.nn.Module):\n    def forward(self, x):\n"
+        "        ### BEGIN SOLUTION\n        return x\n        ### END SOLUTION"),
+        "Layer()(torch.zeros(1))"]
+    script = tmp_path / "cells.py"
+    script.write_text(
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "shell = InteractiveShell.instance()\n"
+        f"for cell in {cells!r}:\n"
+        "    print('--- cell'); shell.run_cell(cell)\n")
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            cwd=ROOT, timeout=120, check=True)
+    shown = result.stdout.split("--- cell\n")[-1].strip().splitlines()
+    assert shown == ["NotWrittenYet: `Layer.forward` is an exercise still to write.",
+                     "Write it in its exercise cell above (where it says YOUR CODE HERE), run "
+                     "that cell, then this one."], result.stdout + result.stderr
 
 
 def test_instructors_guide_links_every_exercise_copy_on_colab():

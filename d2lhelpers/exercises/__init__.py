@@ -22,16 +22,21 @@ shows the full hint instead of the first nudge. The hidden tests (between ``### 
 TESTS`` and ``### END HIDDEN TESTS``, only in nbgrader's source notebooks, which ``python -m
 exercise_authoring source`` writes from the teaching notebooks) run each check again with
 ``seed=1`` through :func:`~.runner.check_afresh`, from a private copy of the package that nothing
-the learner's code patched can reach.
+the learner's code patched can reach; they print nothing when they pass (the visible check has said
+"Correct" already).
 
-Three concerns, three places: :mod:`.runner` runs a check and words its failures; :mod:`.cases`
+In a student copy the solution is a stub that raises :class:`~.stubs.NotWrittenYet`; a check
+that meets it says "not implemented yet", and any other cell that calls the function says, in two
+lines, which function to write where.
+
+Each concern in its place: :mod:`.runner` runs a check and words its failures; :mod:`.cases`
 draws the inputs (and holds what several checks share to build them); one module per notebook,
 ``checks_<topic>`` (e.g. :mod:`.checks_attention_scoring` for notebook 03_attention_scoring),
 holds that notebook's checks and what is specific to its exercises. The prefix keeps them apart
 from the package's modules of the same topic (``d2lhelpers.transformer`` holds the Transformer,
-``d2lhelpers.exercises.checks_transformer`` the checks of notebook 06_transformer). Student copies
-and nbgrader metadata are written by a separate package, ``exercise_authoring``, which needs no
-torch.
+``d2lhelpers.exercises.checks_transformer`` the checks of notebook 06_transformer); and
+:mod:`.stubs` holds what the stubs raise. Student copies and nbgrader metadata are written by a
+separate package, ``exercise_authoring``, which needs no torch.
 """
 
 from __future__ import annotations
@@ -52,9 +57,11 @@ from .checks_decoding import check_advance_beams
 from .checks_beyond_2017 import (check_cached_gqa_self_attention, check_online_softmax_update,
                                  check_rotary_at_positions, check_top_p_probs)
 from .runner import ExerciseCheckFailed, Symptom, run_check
+from .stubs import NotWrittenYet
 
 __all__ = [
     "ExerciseCheckFailed",
+    "NotWrittenYet",
     "Symptom",
     "run_check",
     "check_self_attention",

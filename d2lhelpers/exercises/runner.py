@@ -783,7 +783,7 @@ def _run_cases(name, learner_fn, cases, reference, hints, hint, compare_through,
                 try:
                     got = learner_fn(*learner_args)
                 except Exception as error:
-                    if type(error) is NotImplementedError and not error.args:  # the stub
+                    if _is_stub(error):
                         raise ExerciseCheckFailed(f"{name}: not implemented yet: write the "
                                                   "function, then run this check again.") from None
                     text = f"{type(error).__name__}: {error}"
@@ -814,6 +814,15 @@ def _run_cases(name, learner_fn, cases, reference, hints, hint, compare_through,
             print(f"Your function warned: {text}")
 
 
+def _is_stub(error: BaseException) -> bool:
+    """Whether ``error`` is the stub of a student copy speaking: ``NotWrittenYet`` (recognised by
+    its mark, since the private copy of d2lhelpers of :func:`check_afresh` has a class of its own),
+    or nbgrader's usual ``raise NotImplementedError()``, without a message."""
+    return isinstance(error, NotImplementedError) and (
+        getattr(type(error), "exercise_stub", False) is True
+        or (type(error) is NotImplementedError and not error.args))
+
+
 def _problem(got, expected, args, compare_through, atol, rtol) -> str | None:
     """What is wrong with the learner's result ``got``, or None."""
     if compare_through is None:
@@ -836,9 +845,13 @@ def _problem(got, expected, args, compare_through, atol, rtol) -> str | None:
     return f"what it returned, {what}, does not give the expected result: {problem}"
 
 
-def check_afresh(check: str, learner_fn: Callable, seed: int = 1) -> None:
+def check_afresh(check: str, learner_fn: Callable, seed: int = 1, quiet: bool = True) -> None:
     """Run the check named ``check`` (e.g. "check_causal_lens") on ``learner_fn`` with a private
     copy of d2lhelpers, loaded afresh from the files of the package this module belongs to.
+
+    quiet: print nothing when the function passes, since the visible check of the same cell has
+    printed its "Correct" line already (and any warnings of the learner's function); on a failure,
+    what the check printed comes out before its error.
 
     This is how the hidden tests of nbgrader's source notebooks grade: they load this file with
     ``runpy`` and call this function, so that nothing the notebook's code can replace
@@ -857,7 +870,13 @@ def check_afresh(check: str, learner_fn: Callable, seed: int = 1) -> None:
         checks = package.exercises
         if not check.startswith("check_") or check not in checks.__all__:
             raise ValueError(f"check must name a check of d2lhelpers.exercises, got {check!r}")
-        getattr(checks, check)(learner_fn, seed=seed)
+        printed = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(printed if quiet else sys.stdout):
+                getattr(checks, check)(learner_fn, seed=seed)
+        except BaseException:
+            sys.stdout.write(printed.getvalue())
+            raise
     finally:
         for module in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
             del sys.modules[module]
