@@ -17,6 +17,15 @@ statistics over the first axis, from the one case where both gave numbers), 16 n
 passed. The two wrong names were then fixed (a mask is recognised by its values; a function that
 raises where a mistake gives numbers does not make that mistake alone), the two right ones
 labelled; nothing else changed after the run.
+
+Later, the catalogues of the checks of notebooks 02 and 04-11 were widened after the trial using
+its misses, by the kind of mistake each revealed (far offsets handled otherwise than clipped,
+keys and values trading places, an argmax or softmax over another axis, positions or windows off
+by one, a loss reduced to the target's term, queries and keys at different positions, a nucleus
+of the wrong size, logits returned for probabilities, sums without keepdim, the width misused):
+10 answers labelled None are now named, as labelled (39 of 47). They are no longer held out for
+those mistakes; the 8 still unnamed are of checks outside that work (self_attention, max_weights,
+causal_lens, shift_matrix, layer_norm). A fresh held-out trial measures the widened catalogues.
 """
 
 from __future__ import annotations
@@ -447,10 +456,11 @@ HELDOUT = [
     ("check_max_weights", "Q^T K: features against features", mw_features, None),
     ("check_laplace_pooling", "cdist squared, over the width", lp_cdist_squared,
      "squares the distance"),
-    ("check_laplace_pooling", "row sums without keepdim", lp_sum_no_keepdim, None),
+    ("check_laplace_pooling", "row sums without keepdim", lp_sum_no_keepdim, "lost their axis"),
     ("check_loo_error", "y_i hidden, x_i kept among the keys", loo_target_zeroed,
      "without renormalising"),
-    ("check_loo_error", "distances multiplied by the width", loo_width_multiplies, None),
+    ("check_loo_error", "distances multiplied by the width", loo_width_multiplies,
+     "another factor than 1 / (2 width^2)"),
     ("check_multiplicative_scores", "a softmax over the queries", ms_softmax_queries,
      "attention weights"),
     ("check_causal_lens", "T rows of lengths", cl_stacked, None),
@@ -468,7 +478,8 @@ HELDOUT = [
     ("check_sinusoidal_table", "exponent (2j + 1) / d", st_odd_exponents,
      "not at the frequencies"),
     ("check_shift_matrix", "a block for every column", sm_every_column, None),
-    ("check_relative_self_attention", "offsets wrapped around", relative("wrapped"), None),
+    ("check_relative_self_attention", "offsets wrapped around", relative("wrapped"),
+     "not clipped"),
     ("check_relative_self_attention", "the bias scaled with the scores", relative("bias scaled"),
      "with the scores"),
     ("check_layer_norm", "statistics without keepdim", ln_no_keepdim, None),
@@ -476,15 +487,15 @@ HELDOUT = [
     ("check_causal_additive_mask", "triu(1) times -1e9", cm_large, "large negative"),
     ("check_causal_additive_mask", "triu_indices", cm_triu_indices, "diagonal too"),
     ("check_cached_block_step", "the encoder's keys and values swapped",
-     block("keys and values swapped"), None),
+     block("keys and values swapped"), "trade places"),
     ("check_cached_block_step", "every cached position seen", block("no causal mask"),
      "both directions"),
     ("check_cached_greedy_decode", "argmax over the position axis", greedy("argmax over dim 1"),
-     None),
+     "argmax runs over the positions"),
     ("check_cached_greedy_decode", "<bos> counted in max_len", greedy("<bos> counted"),
      "one token too many or too few"),
     ("check_translation_log_prob", "the first token left out", logprob("first token dropped"),
-     None),
+     "count the positions off by one"),
     ("check_translation_log_prob", "every position summed", logprob("every position"),
      "after the first <eos>"),
     ("check_gru_cell", "update gate first", gru("update first"), "another order"),
@@ -492,7 +503,7 @@ HELDOUT = [
     ("check_luong_step", "W_a s", luong("W_a s"), "W_a is transposed"),
     ("check_luong_step", "no tanh", luong("no tanh"), "no tanh"),
     ("check_real_token_smoothing", "eps / R on the target only", smooth("eps on the target"),
-     None),
+     "target's log-probability alone"),
     ("check_real_token_smoothing", "padding in the mean", smooth("padding kept"),
      "padding included"),
     ("check_advance_beams", "every length grows", beams("all grow"), "grow longer"),
@@ -502,11 +513,12 @@ HELDOUT = [
      "positions 0 .. T-1"),
     ("check_online_softmax_update", "everything under the old maximum", online_old_max,
      "shifted by the old maximum"),
-    ("check_cached_gqa_self_attention", "queries at 0 .. T-1", gqa("queries from 0"), None),
+    ("check_cached_gqa_self_attention", "queries at 0 .. T-1", gqa("queries from 0"),
+     "turn at different positions"),
     ("check_cached_gqa_self_attention", "values rotated", gqa("values rotated"),
      "values are rotated"),
-    ("check_top_p_probs", "1 - top_p", top_p("1 - p"), None),
-    ("check_top_p_probs", "logits returned", top_p("logits"), None),
+    ("check_top_p_probs", "1 - top_p", top_p("1 - p"), "not the right number"),
+    ("check_top_p_probs", "logits returned", top_p("logits"), "under a softmax"),
 ]
 
 
@@ -546,4 +558,5 @@ def test_each_held_out_wrong_answer_gets_its_own_diagnosis_or_none(outcomes):
 def test_the_share_of_held_out_mistakes_named(outcomes):
     named = sum(got is not None and got != "passed" for got in outcomes)
     assert len(HELDOUT) >= 30
-    assert named >= 29, f"named {named} of {len(HELDOUT)}, 29 when the trial was first run"
+    assert named >= 39, (f"named {named} of {len(HELDOUT)}: 29 when the trial was first run, 39 "
+                         "once the catalogues were widened with its misses")

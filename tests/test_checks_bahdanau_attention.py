@@ -12,7 +12,8 @@ from d2lhelpers.exercises import checks_bahdanau_attention
 
 
 def gru_cell(x, h, W_ih, W_hh, b_ih, b_hh, order=(0, 1, 2), swap_update=False, reset="outside",
-             candidate=torch.tanh, hidden_bias=True, input_bias=True, no_update=False):
+             candidate=torch.tanh, hidden_bias=True, input_bias=True, no_update=False,
+             gate=torch.sigmoid, gates_see_h=True):
     """A GRU cell, right by default; each option away from its default is one plausible mistake."""
     H = h.shape[1]
 
@@ -23,7 +24,9 @@ def gru_cell(x, h, W_ih, W_hh, b_ih, b_hh, order=(0, 1, 2), swap_update=False, r
 
     i_r, i_z, i_n = chunks(W_ih, b_ih, x)
     h_r, h_z, h_n = chunks(W_hh, b_hh, h)
-    r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+    if not gates_see_h:  # the gates from the input alone
+        h_r, h_z = 0, 0
+    r, z = gate(i_r + h_r), gate(i_z + h_z)
     if reset == "outside":  # PyTorch: r multiplies the whole hidden projection, b_hn included
         n = candidate(i_n + r * h_n)
     elif reset == "before the matrix":  # Cho et al. (2014): W_hn (r * h) + b_hn
@@ -43,15 +46,20 @@ def gru_cell(x, h, W_ih, W_hh, b_ih, b_hh, order=(0, 1, 2), swap_update=False, r
 
 def luong_step(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c, query="new", mask=True,
                order="context first", squash=True, transpose=False, return_old=False,
-               softmax_dim=-1, fill=float("-inf"), scale=1.0, keep_query_axis=False):
-    """A Luong decoder step, right by default; each option away from its default is a mistake."""
+               softmax_dim=-1, fill=float("-inf"), scale=1.0, keep_query_axis=False,
+               dot=False, return_attentional=False, padding_of=lambda t, n: t >= n):
+    """A Luong decoder step, right by default; each option away from its default is a mistake.
+    padding_of(position, valid length): where the mask hides the source."""
     new_hidden = cell(embedded, hidden)
     q = new_hidden if query == "new" else hidden  # "previous": Bahdanau's order
     W = W_a.T if transpose else W_a
-    scores = torch.einsum("bh,hk,btk->bt", q, W, enc_outputs) / scale  # (B, T_src): q W h_j
+    if dot:
+        scores = torch.einsum("bh,bth->bt", q, enc_outputs) / scale
+    else:
+        scores = torch.einsum("bh,hk,btk->bt", q, W, enc_outputs) / scale  # (B, T_src): q W h_j
     if mask:
         T = enc_outputs.shape[1]
-        padding = torch.arange(T)[None, :] >= valid_lens[:, None]
+        padding = padding_of(torch.arange(T)[None, :], valid_lens[:, None])
         scores = scores.masked_fill(padding, fill)
     weights = torch.softmax(scores, dim=softmax_dim)
     context = torch.einsum("bt,bth->bh", weights, enc_outputs)
@@ -59,8 +67,8 @@ def luong_step(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c, query=
     attentional = W_c(torch.cat(pair, dim=-1))
     if squash:
         attentional = torch.tanh(attentional)
-    return (attentional, hidden if return_old else new_hidden,
-            weights[:, None] if keep_query_axis else weights)
+    state = hidden if return_old else attentional if return_attentional else new_hidden
+    return attentional, state, weights[:, None] if keep_query_axis else weights
 
 
 def zeroed_after_softmax(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c):
@@ -102,6 +110,10 @@ CHECKS = {
             lambda *a: gru_cell(*a, hidden_bias=False), "differ", "hidden biases"),
         "input biases forgotten": (
             lambda *a: gru_cell(*a, input_bias=False), "differ", "input biases"),
+        "tanh for the gates": (lambda *a: gru_cell(*a, gate=torch.tanh), "differ",
+                               "gates use tanh"),
+        "gates from the input alone": (lambda *a: gru_cell(*a, gates_see_h=False), "differ",
+                                       "one projection only"),
         "the reset gate on the wrong side and the update gate swapped": (
             lambda *a: gru_cell(*a, reset="before the matrix", swap_update=True), "differ", None),
     }),
@@ -130,6 +142,15 @@ CHECKS = {
             lambda *a: luong_step(*a, softmax_dim=0), "differ", "over the batch"),
         "weights (B, 1, T_src)": (lambda *a: luong_step(*a, keep_query_axis=True),
                                   "result 2 of the tuple: expected shape", "keep the query axis"),
+        "the dot score, W_a left out": (lambda *a: luong_step(*a, dot=True), "differ",
+                                        "leave out W_a"),
+        "the attentional vector returned as the state": (
+            lambda *a: luong_step(*a, return_attentional=True), "result 1 of the tuple",
+            "attentional vector as the state"),
+        "the mask inverted": (lambda *a: luong_step(*a, padding_of=lambda t, n: t < n),
+                              "on input", "mask is inverted"),
+        "the mask one position too long": (
+            lambda *a: luong_step(*a, padding_of=lambda t, n: t > n), "on input", "off by one"),
         "no attention: the context is the mean of the encoder outputs": (
             lambda e, h, enc, lens, cell, W_a, W_c: (
                 torch.tanh(W_c(torch.cat([enc.mean(1), cell(e, h)], -1))), cell(e, h),

@@ -15,22 +15,26 @@ from d2lhelpers.exercises import checks_beyond_2017
 
 
 def rotary_at_positions(pairing="neighbours", sign=1, exponent=2, use_positions=True,
-                        angle_dtype=None, write_back="pairs"):
-    """RoPE at given positions, right by default; each argument names a mistake."""
+                        angle_dtype=None, write_back="pairs", position_offset=0, swap_trig=False,
+                        second_sign=1):
+    """RoPE at given positions, right by default; each argument names a mistake. second_sign -1:
+    y_2j = x_2j cos + x_2j+1 sin (the sign of the first component's sine flipped alone)."""
 
     def rotate(x, positions):
         T, d_k = x.shape[-2], x.shape[-1]
         dtype = angle_dtype or x.dtype
         j = torch.arange(d_k // 2, dtype=dtype)
         omega = 10000.0 ** (-exponent * j / d_k)  # (d_k/2,)
-        m = positions if use_positions else torch.arange(T)
+        m = (positions if use_positions else torch.arange(T)) + position_offset
         angles = m.to(dtype)[:, None] * omega  # (T, d_k/2)
         cos, sin = torch.cos(angles).to(x.dtype), sign * torch.sin(angles).to(x.dtype)
+        if swap_trig:
+            cos, sin = sin, cos
         if pairing == "neighbours":
             a, b = x[..., 0::2], x[..., 1::2]
         else:  # the first half with the second half ("rotate_half"): another layout
             a, b = x[..., : d_k // 2], x[..., d_k // 2:]
-        first, second = a * cos - b * sin, a * sin + b * cos
+        first, second = a * cos - second_sign * b * sin, a * sin + b * cos
         if pairing == "neighbours" and write_back == "pairs":
             return torch.stack([first, second], dim=-1).flatten(-2).to(x.dtype)
         return torch.cat([first, second], dim=-1).to(x.dtype)
@@ -40,11 +44,11 @@ def rotary_at_positions(pairing="neighbours", sign=1, exponent=2, use_positions=
 
 def online_softmax_update(rescale_acc=True, rescale_l=True, guard=True, subtract_max=True,
                           running_max=True, invert=False, old_shift=False, update_m=True,
-                          normalise=False, block_factor=False):
+                          normalise=False, block_factor=False, sum_keepdim=True, max_dim=-1):
     """One online-softmax block, right by default; each flag off is one plausible mistake."""
 
     def update(m, l, acc, scores, values):
-        block_max = scores.max(dim=-1, keepdim=True).values
+        block_max = scores.max(dim=max_dim, keepdim=True).values
         m_new = torch.maximum(m, block_max) if running_max else block_max
         if not subtract_max:
             reference = torch.zeros_like(m_new)
@@ -57,7 +61,7 @@ def online_softmax_update(rescale_acc=True, rescale_l=True, guard=True, subtract
         factor = torch.exp(reference - m) if invert else torch.exp(m - reference)
         if block_factor:  # against the block's maximum alone
             factor = torch.exp(m - torch.where(block_max == -math.inf, 0.0, block_max))
-        new_l = (l * factor if rescale_l else l) + p.sum(dim=-1, keepdim=True)
+        new_l = (l * factor if rescale_l else l) + p.sum(dim=-1, keepdim=sum_keepdim)
         new_acc = (acc * factor if rescale_acc else acc) + p @ values
         if normalise:
             new_acc = new_acc / new_l.clamp(min=1e-30)
@@ -69,7 +73,8 @@ def online_softmax_update(rescale_acc=True, rescale_l=True, guard=True, subtract
 def cached_gqa_self_attention(rotate_queries=True, offset=True, interleave=True, causal=True,
                               cache_rotated=True, scale="d_k", rotate_values=False,
                               rotate_keys=True, count_after_append=False, causal_offset=True,
-                              rotate_cache_again=False):
+                              rotate_cache_again=False, keys_from_zero=False, position_shift=0,
+                              causal_shift=0, swap_kv=False, softmax_dim=-1):
     """Notebook 10's CachedGQASelfAttention, right by default; each argument names a mistake."""
 
     class CachedGQASelfAttention(nn.Module):
@@ -86,15 +91,18 @@ def cached_gqa_self_attention(rotate_queries=True, offset=True, interleave=True,
             start = len(cache) if offset else 0
             if count_after_append:
                 start += T
-            positions = torch.arange(start, start + T)
+            positions = torch.arange(start, start + T) + position_shift
             Q = self.W_q(X).view(B, T, self.h, self.d_k).transpose(1, 2)
             K = self.W_k(X).view(B, T, self.g, self.d_k).transpose(1, 2)
             V = self.W_v(X).view(B, T, self.g, self.d_k).transpose(1, 2)
+            if swap_kv:
+                K, V = V, K
             if rotate_queries:
                 Q = d2lh.apply_rotary(Q, positions)
             if rotate_values:
                 V = d2lh.apply_rotary(V, positions)
-            rotated = d2lh.apply_rotary(K, positions) if rotate_keys else K
+            rotated = d2lh.apply_rotary(K, torch.arange(T) if keys_from_zero else positions) \
+                if rotate_keys else K
             cache.append(K if rotate_cache_again else rotated if cache_rotated else K, V)
             if rotate_cache_again:  # every cached key turned again, as if at its position
                 cache.keys = d2lh.apply_rotary(cache.keys, torch.arange(cache.keys.shape[2]))
@@ -116,27 +124,32 @@ def cached_gqa_self_attention(rotate_queries=True, offset=True, interleave=True,
                 lens = torch.arange(T_k - T + 1, T_k + 1)  # query i sees keys 0 .. T_k - T + i
             else:
                 lens = torch.full((T,), T_k)
-            allowed = torch.arange(T_k)[None, :] < lens[:, None]  # (T, T_k)
-            weights = torch.softmax(scores.masked_fill(~allowed, -math.inf), dim=-1)
+            allowed = torch.arange(T_k)[None, :] < lens[:, None] + causal_shift  # (T, T_k)
+            weights = torch.softmax(scores.masked_fill(~allowed, -math.inf), dim=softmax_dim)
             return self.W_o((weights @ values).transpose(1, 2).reshape(B, T, d_model))
 
     return CachedGQASelfAttention
 
 
 def top_p_probs(cumulative="before", renormalise=True, descending=True, stable=True,
-                sorted_order=False, on_logits=False, mask_in_sorted_order=False):
-    """Nucleus (top-p) probabilities, right by default; each argument names a mistake."""
+                sorted_order=False, on_logits=False, mask_in_sorted_order=False, unsorted=False,
+                softmax_dim=-1, log=False):
+    """Nucleus (top-p) probabilities, right by default; each argument names a mistake.
+    cumulative "one more": the token after the one that crosses top_p kept too."""
 
     def probs(logits, top_p):
-        if stable:
+        if softmax_dim != -1:
+            p = torch.softmax(logits, dim=softmax_dim)
+        elif stable:
             p = torch.softmax(logits, dim=-1)
         else:
             e = torch.exp(logits)
             p = e / e.sum(dim=-1, keepdim=True)
         kept = torch.zeros_like(p, dtype=torch.bool)
         for row in range(p.shape[0]):  # row by row, written differently from the reference
-            total = 0.0
-            for index in p[row].argsort(descending=descending).tolist():
+            total, before = 0.0, 0.0
+            order = range(p.shape[1]) if unsorted else p[row].argsort(descending=descending)
+            for index in list(order if unsorted else order.tolist()):
                 if on_logits:  # accumulates logits instead of probabilities
                     if total >= top_p:
                         break
@@ -145,6 +158,9 @@ def top_p_probs(cumulative="before", renormalise=True, descending=True, stable=T
                     continue
                 if cumulative == "before" and total >= top_p:
                     break
+                if cumulative == "one more" and before >= top_p:
+                    break
+                before = total
                 if cumulative == "after" and total + p[row, index].item() > top_p:
                     break  # stops before the token that crosses top_p
                 kept[row, index] = True
@@ -154,7 +170,8 @@ def top_p_probs(cumulative="before", renormalise=True, descending=True, stable=T
         out = p * kept
         if sorted_order:
             out = out.sort(dim=-1, descending=True).values
-        return out / out.sum(dim=-1, keepdim=True) if renormalise else out
+        out = out / out.sum(dim=-1, keepdim=True) if renormalise else out
+        return out.log() if log else out
 
     return probs
 
@@ -172,6 +189,12 @@ CHECKS = {
         "positions 0 .. T-1 whatever was asked": (rotary_at_positions(use_positions=False),
                                                   "the odd positions of a cache",
                                                   "positions 0 .. T-1"),
+        "positions counted from one past those given": (
+            rotary_at_positions(position_offset=1), "differ", "positions are off by one"),
+        "cos and sin swapped": (rotary_at_positions(swap_trig=True), "differ",
+                                "cos and sin trade places"),
+        "the first component's sine added": (rotary_at_positions(second_sign=-1), "differ",
+                                             "not a rotation"),
         "the halves paired and rotated the other way": (
             rotary_at_positions(pairing="halves", sign=-1), "differ", None),
     }),
@@ -199,6 +222,10 @@ CHECKS = {
                           "m is not updated"),
         "acc normalised": (online_softmax_update(normalise=True), "result 2 of the tuple",
                            "divided by l"),
+        "l's new sum without keepdim": (online_softmax_update(sum_keepdim=False),
+                                        "result 1 of the tuple", "no keepdim"),
+        "the block's maximum over the queries": (online_softmax_update(max_dim=-2), "on input",
+                                                 "runs over the queries"),
         "m not updated and acc normalised": (
             online_softmax_update(update_m=False, normalise=True), "on input", None),
     }),
@@ -230,6 +257,16 @@ CHECKS = {
         "the whole cache rotated again at each step": (
             cached_gqa_self_attention(rotate_cache_again=True), "one position per step",
             "rotated again at every step"),
+        "keys rotated at 0 .. T-1, queries right": (
+            cached_gqa_self_attention(keys_from_zero=True), "on input", "turn at different"),
+        "positions one past len(cache)": (cached_gqa_self_attention(position_shift=1),
+                                          "on input", "positions are off by one"),
+        "each new position one key short": (cached_gqa_self_attention(causal_shift=-1),
+                                            "on input", "causal lengths are off by one"),
+        "keys and values swapped": (cached_gqa_self_attention(swap_kv=True), "on input",
+                                    "trade places"),
+        "softmax over the queries": (cached_gqa_self_attention(softmax_dim=-2), "on input",
+                                     "runs over the queries"),
         "values rotated and heads tiled": (
             cached_gqa_self_attention(rotate_values=True, interleave=False), "differ", None),
     }),
@@ -247,7 +284,16 @@ CHECKS = {
                                                "keep mask is in sorted order"),
         "divided by top_p": (lambda logits, p: top_p_probs(renormalise=False)(logits, p) / p,
                              "differ", "divided by top_p"),
-        "a plain softmax": (lambda logits, top_p: torch.softmax(logits, -1), "differ", None),
+        "the tokens in vocabulary order, unsorted": (top_p_probs(unsorted=True), "differ",
+                                                     "takes the tokens in vocabulary order"),
+        "softmax over the batch": (top_p_probs(softmax_dim=0), "differ", "over the batch"),
+        "log-probabilities returned": (top_p_probs(log=True), "on input", "under a softmax"),
+        "one token past the one that crosses top_p": (top_p_probs(cumulative="one more"),
+                                                      "on input", "not the right number"),
+        "a plain softmax: every token kept": (lambda logits, top_p: torch.softmax(logits, -1),
+                                              "differ", "not the right number"),
+        "the nucleus of the logits doubled": (
+            lambda logits, top_p: top_p_probs()(2 * logits, top_p), "differ", None),
     }),
 }
 

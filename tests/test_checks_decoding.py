@@ -13,7 +13,8 @@ def advance_beams(log_probs, lengths, finished, step_log_probs, eos, alpha, per_
                   ignore_beams=False, swap_unravel=False, across_sentences=False, ascending=False,
                   extend_finished=False, grow_finished=False, normalise=True, mark_ended=True,
                   pay_eos=False, keep_lengths=False, return_scores=False, tokens_first=False,
-                  drop_finished=False, multiply_penalty=False):
+                  drop_finished=False, multiply_penalty=False, penalty_before=False,
+                  parents_totals=False, lengths_unordered=False):
     """One beam-search step; right by default, each flag a plausible mistake."""
     B, k, V = step_log_probs.shape
     if not extend_finished:  # a finished beam continues with <eos> only, at no cost
@@ -26,7 +27,8 @@ def advance_beams(log_probs, lengths, finished, step_log_probs, eos, alpha, per_
     new_lengths = lengths + 1 if grow_finished else torch.where(finished, lengths, lengths + 1)
     if keep_lengths:
         new_lengths = lengths
-    scores = totals / new_lengths[..., None].float() ** alpha if normalise else totals
+    penalised = lengths if penalty_before else new_lengths
+    scores = totals / penalised[..., None].float() ** alpha if normalise else totals
     if multiply_penalty:
         scores = totals * new_lengths[..., None].float() ** alpha
     if per_beam:  # each beam keeps its own best token
@@ -43,9 +45,12 @@ def advance_beams(log_probs, lengths, finished, step_log_probs, eos, alpha, per_
         parents, tokens, index = parents.gather(1, order), tokens.gather(1, order), index.gather(1, order)
     ended = finished.gather(1, parents) | (tokens == eos) if mark_ended else finished.gather(1, parents)
     kept = (scores if return_scores else totals).reshape(B, k * V).gather(1, index)
+    if parents_totals:
+        kept = log_probs.gather(1, parents)
     if tokens_first:
         return kept, new_lengths.gather(1, parents), ended, tokens, parents
-    return kept, new_lengths.gather(1, parents), ended, parents, tokens
+    return (kept, new_lengths if lengths_unordered else new_lengths.gather(1, parents), ended,
+            parents, tokens)
 
 
 def worst_first_by_topk(log_probs, lengths, finished, step_log_probs, eos, alpha):
@@ -103,6 +108,12 @@ CHECKS = {
         "worst first and not normalised (the worst are -inf either way)": (
             lambda *a: advance_beams(*a, ascending=True, normalise=False), "on input",
             "worst first"),
+        "the length penalty of the lengths before the step": (
+            lambda *a: advance_beams(*a, penalty_before=True), "on input", "lengths before this"),
+        "the parents' totals kept": (lambda *a: advance_beams(*a, parents_totals=True),
+                                     "on input", "leave out the chosen token"),
+        "the lengths not taken from the parents": (
+            lambda *a: advance_beams(*a, lengths_unordered=True), "on input", "stay in the order"),
         "the beams' log-probabilities not added and the lengths never grow": (
             lambda *a: advance_beams(*a, ignore_beams=True, keep_lengths=True), "on input", None),
     }),

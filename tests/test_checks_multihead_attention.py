@@ -61,6 +61,41 @@ def per_head_weights(mha, queries, keys, valid_lens, fold=True, scale="d_k", len
     return weights.reshape(queries.shape[0], h, *weights.shape[1:])  # (B*h, ...) -> (B, h, ...)
 
 
+def keys_against_queries(mha, queries, keys, valid_lens):
+    """Every head's scores as keys times queries transposed, (T_k, T_q), softmaxed and masked as
+    if they were the right way round."""
+    h, d_k, B = mha.num_heads, mha.d_k, queries.shape[0]
+    Q = mha.W_q(queries).unflatten(-1, (h, d_k)).transpose(1, 2).flatten(0, 1)
+    K = mha.W_k(keys).unflatten(-1, (h, d_k)).transpose(1, 2).flatten(0, 1)
+    weights = attention_weights(K @ Q.mT / math.sqrt(d_k), folded_lens(valid_lens, h))
+    return weights.unflatten(0, (B, h))
+
+
+def own_mask(mha, queries, keys, valid_lens, keep=lambda key, length: key < length):
+    """Every head's softmax over the keys where ``keep(key index, valid length)``, -inf elsewhere:
+    the right mask by default; ``key >= length`` inverts it, ``key <= length`` is off by one."""
+    h, d_k, B = mha.num_heads, mha.d_k, queries.shape[0]
+    Q = mha.W_q(queries).unflatten(-1, (h, d_k)).transpose(1, 2)  # (B, h, T_q, d_k)
+    K = mha.W_k(keys).unflatten(-1, (h, d_k)).transpose(1, 2)
+    scores = Q @ K.mT / math.sqrt(d_k)
+    if valid_lens is not None:
+        lengths = valid_lens[:, None, None, None] if valid_lens.dim() == 1 else \
+            valid_lens[:, None, :, None]
+        scores = scores.masked_fill(~keep(torch.arange(keys.shape[1]), lengths), -math.inf)
+    return torch.softmax(scores, dim=-1)
+
+
+def softmax_over_heads(mha, queries, keys, valid_lens):
+    """The heads' scores (B, h, T_q, T_k) softmaxed over the heads, the padding zeroed after."""
+    h, d_k = mha.num_heads, mha.d_k
+    Q = mha.W_q(queries).unflatten(-1, (h, d_k)).transpose(1, 2)
+    K = mha.W_k(keys).unflatten(-1, (h, d_k)).transpose(1, 2)
+    weights = torch.softmax(Q @ K.mT / math.sqrt(d_k), dim=1)
+    if valid_lens is None:
+        return weights
+    return weights * d2lh.valid_lens_to_mask(valid_lens, queries.shape[1], keys.shape[1])[:, None]
+
+
 def biases_swapped(mha):
     """The right layer, but the biases of the queries and the keys swapped."""
     layer = to_torch_multihead(mha)
@@ -100,9 +135,11 @@ def to_torch_multihead(mha, biases=True, order=("W_q", "W_k", "W_v"), batch_firs
     with torch.no_grad():
         if "in" in copy:
             weights = [getattr(mha, n).weight for n in order]
-            layer.in_proj_weight.copy_(torch.cat([w.T if transpose else w for w in weights]))
+            layer.in_proj_weight.copy_(torch.cat([w.T if transpose in (True, "in") else w
+                                                  for w in weights]))
         if "out" in copy:
-            layer.out_proj.weight.copy_(mha.W_o.weight.T if transpose else mha.W_o.weight)
+            layer.out_proj.weight.copy_(mha.W_o.weight.T if transpose in (True, "out")
+                                        else mha.W_o.weight)
         if has_bias and biases in (True, "in"):
             layer.in_proj_bias.copy_(torch.cat([getattr(mha, n).bias for n in order]))
         if has_bias and biases in (True, "out"):
@@ -112,7 +149,8 @@ def to_torch_multihead(mha, biases=True, order=("W_q", "W_k", "W_v"), batch_firs
 
 def packed_self_attention(order=(0, 1, 2), transpose=True, scale="d_k", lens="interleave",
                           fill="package", project_out=True, store="heads", per_head=False,
-                          merge_transpose=True, strided=False, softmax_dim=-1):
+                          merge_transpose=True, strided=False, softmax_dim=-1, keys_first=False,
+                          keep=None, over_heads=False):
     """Notebook 04's PackedSelfAttention, right by default; each argument names a mistake."""
 
     class PackedSelfAttention(nn.Module):
@@ -140,8 +178,20 @@ def packed_self_attention(order=(0, 1, 2), transpose=True, scale="d_k", lens="in
             Q, K, V = (split(chunks[i]) for i in order)
             scores = Q @ K.transpose(-1, -2) / {"d_k": math.sqrt(d_k), "none": 1, "h": math.sqrt(h),
                                                 "d_model": math.sqrt(d_model)}[scale]
+            if keys_first:  # keys times queries transposed
+                scores = K @ Q.transpose(-1, -2) / math.sqrt(d_k)
             folded = scores.reshape(B * h, T, T)
-            if fill == "after" and valid_lens is not None:  # zeroed after the softmax
+            lengths = None if valid_lens is None else (
+                valid_lens[:, None, None, None] if valid_lens.dim() == 1
+                else valid_lens[:, None, :, None])
+            if keep is not None:  # a mask of its own: keep(key index, valid length)
+                weights = torch.softmax(scores if lengths is None else scores.masked_fill(
+                    ~keep(torch.arange(T), lengths), -math.inf), dim=-1)
+            elif over_heads:  # the softmax over the heads, the padding zeroed after
+                weights = torch.softmax(scores, dim=1)
+                if lengths is not None:
+                    weights = weights * (torch.arange(T) < lengths)
+            elif fill == "after" and valid_lens is not None:  # zeroed after the softmax
                 weights = torch.softmax(folded, -1) * d2lh.valid_lens_to_mask(
                     folded_lens(valid_lens, h, lens), T, T)
             elif softmax_dim == -1:
@@ -202,6 +252,15 @@ CHECKS = {
             lambda *a: per_head_weights(*a, by_hand=True), "differ", "untransposed"),
         "unfolded as (h, B)": (lambda *a: per_head_weights(*a, unfold="(h, B)"), "differ",
                                "wrong order"),
+        "scores of the keys against the queries": (keys_against_queries, "expected shape",
+                                                   "compare each key with the queries"),
+        "the mask inverted": (
+            lambda *a: own_mask(*a, keep=lambda key, length: key >= length), "valid_lens (B,)",
+            "mask is inverted"),
+        "the mask one key too long": (
+            lambda *a: own_mask(*a, keep=lambda key, length: key <= length), "valid_lens (B,)",
+            "off by one"),
+        "a softmax over the heads": (softmax_over_heads, "differ", "over another axis"),
         "the weights of the first head only, for every head": (
             lambda *a: per_head_weights(*a)[:, :1].expand(-1, a[0].num_heads, -1, -1), "differ",
             None),
@@ -232,6 +291,10 @@ CHECKS = {
                                       "differ", "input projection is not copied"),
         "out_proj not copied": (lambda mha: to_torch_multihead(mha, copy=("in",)), "differ",
                                 "output projection"),
+        "only the input weights transposed": (
+            lambda mha: to_torch_multihead(mha, transpose="in"), "differ", "transposed"),
+        "only the output weight transposed": (
+            lambda mha: to_torch_multihead(mha, transpose="out"), "differ", "transposed"),
         "not a module": (lambda mha: mha, "expected a torch.nn.MultiheadAttention", None),
     }),
     # The learner's class is the answer: the check builds it and copies seeded weights into it.
@@ -280,6 +343,16 @@ CHECKS = {
                                     "result 1 of the tuple", "attention_weights are transposed"),
         "-1e9 fill: an empty row uniform": (packed_self_attention(fill="-1e9"),
                                             "a sequence with valid length 0", "finite fill"),
+        "scores of the keys against the queries (keys and queries swapped)": (
+            packed_self_attention(keys_first=True), "differ", "another order"),
+        "the mask inverted": (
+            packed_self_attention(keep=lambda key, length: key >= length), "valid_lens (B,)",
+            "mask is inverted"),
+        "the mask one key short": (
+            packed_self_attention(keep=lambda key, length: key < length - 1), "valid_lens (B,)",
+            "off by one"),
+        "a softmax over the heads": (packed_self_attention(over_heads=True), "differ",
+                                     "over another axis"),
         "one projection per input instead of W_qkv": (d2lh.MultiHeadAttention, "needs W_qkv",
                                                       None),
     }),

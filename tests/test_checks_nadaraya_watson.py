@@ -79,6 +79,9 @@ CHECKS = {
                                     "on input", "sum over the queries"),
         "the weights returned": (lambda q, k, v, w: laplace_weights(q, k, w), "expected shape",
                                  "return the weights"),
+        "each row divided by the row sums without keepdim": (
+            lambda q, k, v, w: (lambda K: (K / K.sum(dim=1)) @ v)(
+                torch.exp(-(q[:, None] - k[None, :]).abs() / w)), "on input", "lost their axis"),
         "each value weighted by the query's distance to the mean key": (
             lambda q, k, v, w: torch.exp(-(q - k.mean()).abs() / w) * v.mean(), "on input", None),
     }),
@@ -112,6 +115,9 @@ CHECKS = {
                 -math.inf), dim=1) @ y - y) ** 2, "expected", "one error per point"),
         "root mean squared error": (lambda x, y, w: loo_by_loop(x, y, w) ** 0.5, "expected",
                                     "root of the mean"),
+        "the 2 inside the square": (
+            lambda x, y, w: ((torch.softmax((-((x[:, None] - x) / (2 * w)) ** 2).fill_diagonal_(
+                -math.inf), dim=1) @ y - y) ** 2).mean().item(), "expected", "another factor"),
         "mean absolute error": (
             lambda x, y, w: loo_by_loop(x, y, w, lambda e: sum(v.sqrt() for v in e) / len(e)),
             "expected", "mean absolute error"),

@@ -43,6 +43,13 @@ def table_by_columns(max_len, d, exponent_of):
     return P
 
 
+def whole_pairs_table(max_len, d):
+    """A sine and a cosine for every frequency, also the last one of an odd width."""
+    angles = torch.arange(max_len, dtype=torch.float64)[:, None] / 10000 ** (
+        torch.arange(0, d, 2, dtype=torch.float64) / d)
+    return torch.stack([torch.sin(angles), torch.cos(angles)], dim=-1).flatten(1)
+
+
 def even_only_table(max_len, d):  # the notebook's section 3 code, which needs an even d
     angles = torch.arange(max_len)[:, None] / 10000 ** (torch.arange(0, d, 2) / d)
     P = torch.zeros(max_len, d)
@@ -70,7 +77,7 @@ def overlapping_blocks(delta, d):
 
 def relative_self_attention(sign=1, clip=True, bias_at="scores", scale_bias=False, mask=True,
                             fill="package", shift=True, scale=True, softmax_dim=-1,
-                            keep_transposed=False):
+                            keep_transposed=False, far_bias=True, distance=False, keep=None):
     """Notebook 05's RelativeSelfAttention, right by default; each argument names a mistake."""
 
     class RelativeSelfAttention(nn.Module):
@@ -86,18 +93,28 @@ def relative_self_attention(sign=1, clip=True, bias_at="scores", scale_bias=Fals
             T, d = X.shape[1], X.shape[2]
             positions = torch.arange(T)
             offsets = sign * (positions[None, :] - positions[:, None])  # right: key minus query
+            far = offsets.abs() > self.max_distance
+            if distance:  # how far, not in which direction
+                offsets = offsets.abs()
             if clip == "one short":
                 offsets = offsets.clamp(-self.max_distance + 1, self.max_distance - 1)
             elif clip:
                 offsets = offsets.clamp(-self.max_distance, self.max_distance)
             bias = self.relative_bias[offsets + self.max_distance if shift else offsets]  # (T, T)
+            if not far_bias:  # keys beyond max_distance get no bias
+                bias = bias.masked_fill(far, 0.0)
             scores = self.W_q(X) @ self.W_k(X).transpose(1, 2)
             root = {True: math.sqrt(d), False: 1.0, "T": math.sqrt(T), "d": d}[scale]
             if bias_at == "scores":
                 scores = (scores + bias) / root if scale_bias else scores / root + bias
             else:
                 scores = scores / root
-            if fill == "after" and valid_lens is not None:  # zeroed after the softmax
+            if keep is not None and valid_lens is not None:  # keep(key index, valid length)
+                lengths = (valid_lens[:, None, None] if valid_lens.dim() == 1
+                           else valid_lens[..., None])
+                weights = torch.softmax(scores.masked_fill(~keep(positions, lengths), -math.inf),
+                                        dim=-1)
+            elif fill == "after" and valid_lens is not None:  # zeroed after the softmax
                 weights = torch.softmax(scores, -1) * d2lh.valid_lens_to_mask(valid_lens, T, T)
             elif softmax_dim == -1:
                 weights = attention_weights(scores, valid_lens if mask else None,
@@ -136,6 +153,8 @@ CHECKS = {
         "transposed": (lambda n, d: sinusoidal_table(n, d).T, "expected shape", "transposed"),
         "angles in degrees": (lambda n, d: sinusoidal_table(n, d, degrees=True), "differ",
                               "not at the frequencies"),
+        "an odd width rounded up to whole pairs": (whole_pairs_table, "an odd width",
+                                                   "d + 1 columns"),
     }),
     "check_shift_matrix": (shift_matrix, {
         "rotation transposed (shifts back)": (
@@ -194,6 +213,15 @@ CHECKS = {
                                             "a sequence with valid length 0", "finite fill"),
         "weights kept transposed": (relative_self_attention(keep_transposed=True),
                                     "result 1 of the tuple", "attention_weights are transposed"),
+        "keys beyond max_distance get no bias": (relative_self_attention(far_bias=False),
+                                                 "offsets beyond max_distance", "not clipped"),
+        "the distance |j - i| instead of the offset": (relative_self_attention(distance=True),
+                                                       "differ", "direction of the offset"),
+        "the mask inverted": (relative_self_attention(keep=lambda key, length: key >= length),
+                              "valid_lens (B,)", "mask is inverted"),
+        "the mask one key too long": (
+            relative_self_attention(keep=lambda key, length: key <= length), "valid_lens (B,)",
+            "off by one"),
         "the offsets clipped but the bias forgotten and the weights over the queries": (
             relative_self_attention(bias_at="none", softmax_dim=1), "differ", None),
     }),

@@ -41,6 +41,15 @@ def real_token_smoothing(logits, targets, valid_lens, eps, real_tokens, divide_b
     return losses[valid].sum() if total else losses[valid].mean()
 
 
+def smoothing_of(logits, targets, valid_lens, eps, real_tokens, uniform, dim=-1):
+    """(1 - eps) times the target's -log p plus eps times ``uniform(log_p, nll, real_tokens)``,
+    averaged over the valid positions, log_p a log_softmax over ``dim``."""
+    valid = torch.arange(logits.shape[1])[None, :] < valid_lens[:, None]
+    log_p = torch.log_softmax(logits, dim=dim)[valid]
+    nll = -log_p.gather(1, targets[valid][:, None]).squeeze(1)
+    return ((1 - eps) * nll + eps * uniform(log_p, nll, real_tokens)).mean()
+
+
 def r_minus_one(logits, targets, valid_lens, eps, real_tokens):
     """The uniform part summed over the real tokens, target included, divided by R - 1."""
     valid = torch.arange(logits.shape[1])[None, :] < valid_lens[:, None]
@@ -99,7 +108,17 @@ CHECKS = {
         "the target left out of the uniform part": (
             lambda *a: real_token_smoothing(*a, others_only=True), "differ", "leaves out the target"),
         "no smoothing at all": (lambda logits, targets, lens, eps, real: real_token_smoothing(
-            logits, targets, lens, 0.0, real), "differ", None),
+            logits, targets, lens, 0.0, real), "differ", "plain cross-entropy"),
+        "the uniform part left out": (
+            lambda *a: smoothing_of(*a, uniform=lambda log_p, nll, real: 0.0), "differ",
+            "no uniform part"),
+        "eps / R on the target alone": (
+            lambda *a: smoothing_of(*a, uniform=lambda log_p, nll, real: nll / real.sum()),
+            "differ", "target's log-probability alone"),
+        "log_softmax over the positions": (
+            lambda *a: smoothing_of(*a, uniform=lambda log_p, nll, real: -log_p[:, real].mean(-1),
+                                    dim=1), "on input", "another axis than the vocabulary"),
+        "half the loss": (lambda *a: real_token_smoothing(*a) / 2, "differ", None),
     }),
 }
 

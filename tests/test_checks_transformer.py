@@ -41,16 +41,24 @@ def attend(attention, x, keys, values, valid_lens):
 
 def cached_block_step(post_norm_only=False, append=True, offset=True, causal=True,
                       pre_norm_only=False, cross_lens=True, read_cache=True, project_raw=False,
-                      ffn_post_norm=False):
+                      ffn_post_norm=False, swap_cross=False, extra_key=0, residual=True,
+                      skip_ffn=False, norm_of=None):
     """A cached decoder-block step, right by default; each flag off is one plausible mistake."""
 
     def step(block, x, cache, enc_keys, enc_values, src_valid_lens):
         def sublayer(add_norm, x, f):
+            if skip_ffn and add_norm is block.add_norm3:
+                return x
+            if norm_of is not None:  # the layers of another sublayer's add & norm
+                add_norm = getattr(block, norm_of[add_norm is block.add_norm1 and "self"
+                                                  or add_norm is block.add_norm2 and "cross"
+                                                  or "ffn"])
+            keep = x if residual else 0
             if ffn_post_norm and add_norm is block.add_norm3:
                 return add_norm.norm(x + f(x))
             if (add_norm.norm_first and not post_norm_only) or pre_norm_only:
-                return x + f(add_norm.norm(x))
-            return add_norm.norm(x + f(x))
+                return keep + f(add_norm.norm(x))
+            return add_norm.norm(keep + f(x))
 
         block_input = x
 
@@ -70,12 +78,15 @@ def cached_block_step(post_norm_only=False, append=True, offset=True, causal=Tru
                 values = v if cache.values is None else torch.cat([cache.values, v], dim=2)
             seen_before = keys.shape[2] - h.shape[1] if offset else 0
             if causal:
-                lens = d2lh.causal_valid_lens(h.shape[0], h.shape[1], seen_before)
+                lens = d2lh.causal_valid_lens(h.shape[0], h.shape[1], seen_before + extra_key)
+                lens = lens.clamp(max=keys.shape[2])  # (a mask j <= i + 1 would not raise)
             else:  # every new position sees all of the new positions
                 lens = torch.full((h.shape[0],), keys.shape[2])
             return attend(attention, h, keys, values, lens)
 
         x = sublayer(block.add_norm1, x, masked_self_attention)
+        if swap_cross:
+            enc_keys, enc_values = enc_values, enc_keys
         x = sublayer(block.add_norm2, x, lambda h: attend(block.cross_attention, h, enc_keys,
                                                           enc_values,
                                                           src_valid_lens if cross_lens else None))
@@ -157,6 +168,16 @@ CHECKS = {
                                       "ignores src_valid_lens"),
         "keys projected from the block's input": (cached_block_step(project_raw=True),
                                                   "pre-norm block", "block's input"),
+        "the encoder's values used as keys, its keys as values": (
+            cached_block_step(swap_cross=True), "on input", "trade places"),
+        "each new position also sees the next one": (cached_block_step(extra_key=1),
+                                                     "several positions per step", "off by one"),
+        "no residual connections": (cached_block_step(residual=False), "on input",
+                                    "residual connection"),
+        "the FFN left out": (cached_block_step(skip_ffn=True), "on input", "leaves out a sublayer"),
+        "the self-attention and cross-attention norms swapped": (
+            cached_block_step(norm_of={"self": "add_norm2", "cross": "add_norm1",
+                                       "ffn": "add_norm3"}), "on input", "each other's"),
         "pre-norm only and the cache never stored": (
             cached_block_step(pre_norm_only=True, append=False), "on input", None),
     }),

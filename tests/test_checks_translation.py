@@ -11,20 +11,24 @@ from d2lhelpers.exercises import checks_translation
 
 
 def cached_greedy_decode(keep_bos=False, stop_early=True, fill_eos=True, feed_prefix=False,
-                         stop_at_first=False, fresh_state=False, extra=0, drop_last_eos=False):
+                         stop_at_first=False, fresh_state=False, extra=0, drop_last_eos=False,
+                         argmax_dim=-1, source_lens=True):
     """Greedy decoding with the cache, right by default; each flag flipped is a plausible mistake."""
 
     @torch.no_grad()
     def decode(model, src, src_valid_lens, bos, eos, max_len):
         model.eval()
-        state = model.decoder.init_state(model.encoder(src, src_valid_lens), src_valid_lens)
+        lens = src_valid_lens if source_lens else None
+        state = model.decoder.init_state(model.encoder(src, lens), lens)
         tokens = torch.full((src.shape[0], 1), bos)
         finished = torch.zeros(src.shape[0], dtype=torch.bool)
         for _ in range(max_len + extra):
             if fresh_state:  # a new state every step: the decoder sees one token
                 state = model.decoder.init_state(model.encoder(src, src_valid_lens), src_valid_lens)
             fed = tokens if feed_prefix else tokens[:, -1:]  # the whole prefix: the cache doubles up
-            next_token = model.decoder.step(fed, state)[:, -1].argmax(dim=-1)
+            logits = model.decoder.step(fed, state)
+            next_token = (logits[:, -1].argmax(dim=-1) if argmax_dim == -1
+                          else logits.argmax(dim=argmax_dim)[:, 0])
             if fill_eos:
                 next_token = next_token.masked_fill(finished, eos)
             if drop_last_eos and (finished | (next_token == eos)).all():
@@ -39,14 +43,16 @@ def cached_greedy_decode(keep_bos=False, stop_early=True, fill_eos=True, feed_pr
 
 
 def translation_log_prob(shift=True, stop_at_eos=True, include_eos=True, mean=False,
-                         dim=-1, last_eos=False, report_T=False, score_input=False):
+                         dim=-1, last_eos=False, report_T=False, score_input=False,
+                         one_past=False, raw_logits=False, source_lens=True):
     """Scoring given translations by teacher forcing, right by default; a flag off is a mistake."""
 
     @torch.no_grad()
     def score(model, src, src_valid_lens, tokens, bos, eos):
         B, T = tokens.shape
         dec_input = torch.cat([torch.full((B, 1), bos), tokens[:, :-1]], dim=1) if shift else tokens
-        log_p = torch.log_softmax(model(src, src_valid_lens, dec_input), dim=dim)
+        logits = model(src, src_valid_lens if source_lens else None, dec_input)
+        log_p = logits if raw_logits else torch.log_softmax(logits, dim=dim)
         scored = dec_input if score_input else tokens
         token_log_p = log_p.gather(2, scored[..., None]).squeeze(2)  # (B, T)
         is_eos = tokens == eos
@@ -55,7 +61,7 @@ def translation_log_prob(shift=True, stop_at_eos=True, include_eos=True, mean=Fa
             first = torch.where(is_eos.any(dim=1), T - 1 - is_eos.flip(1).int().argmax(dim=1), T)
         lengths = torch.where(is_eos.any(dim=1), first + int(include_eos), T) if stop_at_eos \
             else torch.full((B,), T)
-        counted = torch.arange(T)[None, :] < lengths[:, None]
+        counted = torch.arange(T)[None, :] < lengths[:, None] + int(one_past)
         total = torch.where(counted, token_log_p, 0.0).sum(dim=1)
         return (total / lengths if mean else total), (torch.full((B,), T) if report_T else lengths)
 
@@ -79,6 +85,10 @@ CHECKS = {
                                      "fresh state"),
         "one step too many": (cached_greedy_decode(extra=1), "expected shape",
                               "one token too many"),
+        "argmax over the position axis": (
+            cached_greedy_decode(argmax_dim=1), "differ", "over the positions"),
+        "src_valid_lens left out": (cached_greedy_decode(source_lens=False), "on input",
+                                    "ignores src_valid_lens"),
         "one step too many and <bos> kept": (cached_greedy_decode(extra=1, keep_bos=True),
                                              "expected shape", None),
     }),
@@ -96,9 +106,15 @@ CHECKS = {
         "softmax over the positions": (translation_log_prob(dim=1), "differ", "over the positions"),
         "lengths one too many": (
             lambda *a: (lambda sums, lengths: (sums, lengths + 1))(*translation_log_prob()(*a)),
-            "result 1 of the tuple", "off by one"),
+            "result 1 of the tuple", "Your lengths are off by one"),
         "lengths T_out": (translation_log_prob(report_T=True), "result 1 of the tuple",
                           "Your lengths are T_out"),
+        "one position past the first <eos>": (translation_log_prob(one_past=True), "differ",
+                                              "positions off by one"),
+        "the raw logits gathered": (translation_log_prob(raw_logits=True), "differ",
+                                    "not log-probabilities"),
+        "src_valid_lens left out": (translation_log_prob(source_lens=False), "differ",
+                                    "ignores src_valid_lens"),
         "probabilities instead of log-probabilities": (
             lambda *a: tuple(x.exp() if i == 0 else x for i, x in
                              enumerate(translation_log_prob()(*a))), "differ", None),

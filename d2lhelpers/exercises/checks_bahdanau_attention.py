@@ -14,7 +14,7 @@ from torch import nn
 from ..attention import masked_softmax, sequence_mask
 from .cases import (labelled, randn, random_lengths, random_sizes, seeded_generator,
                     seeded_module, size_text)
-from .runner import run_check
+from .runner import Symptom, run_check
 
 __all__ = ["check_gru_cell", "check_luong_step"]
 
@@ -32,15 +32,18 @@ def _gru_cell(x, h, W_ih, W_hh, b_ih, b_hh):
 # The classic mistakes, each as the function that makes it ----------------------------------------
 
 def _wrong_gru_cell(x, h, W_ih, W_hh, b_ih, b_hh, order=(0, 1, 2), reset="on the projection",
-                    update="keeps h", candidate=torch.tanh, biases=("ih", "hh")):
+                    update="keeps h", candidate=torch.tanh, biases=("ih", "hh"),
+                    gate=torch.sigmoid, gates_from=("x", "h")):
     """A GRU cell, right by default; each other value of an argument is a classic mistake.
-    order: which chunk of the stacked weights is taken as (reset, update, candidate)."""
+    order: which chunk of the stacked weights is taken as (reset, update, candidate); gate: the
+    gates' activation; gates_from: the projections the gates add."""
     H = h.shape[1]
     x_part = x @ W_ih.T + (b_ih if "ih" in biases else 0)  # (B, 3H)
     h_part = h @ W_hh.T + (b_hh if "hh" in biases else 0)
     chunk = [lambda p, i=i: p[:, i * H:(i + 1) * H] for i in order]  # (B, H) each
     (i_r, i_z, i_n), (h_r, h_z, h_n) = ([c(p) for c in chunk] for p in (x_part, h_part))
-    r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+    r = gate((i_r if "x" in gates_from else 0) + (h_r if "h" in gates_from else 0))
+    z = gate((i_z if "x" in gates_from else 0) + (h_z if "h" in gates_from else 0))
     W_hn, b_hn = W_hh[order[2] * H:(order[2] + 1) * H], b_hh[order[2] * H:(order[2] + 1) * H]
     b_hn = b_hn if "hh" in biases else 0
     n = candidate({"on the projection": lambda: i_n + r * h_n,  # PyTorch: b_hn inside
@@ -80,6 +83,10 @@ _GRU_CELL_MISTAKES = {
     "biases included.": partial(_wrong_gru_cell, biases=()),
     "Your cell leaves out the input biases b_ih: each gate adds both projections, their biases "
     "included.": partial(_wrong_gru_cell, biases=("hh",)),
+    "Your gates use tanh: the reset and update gates are sigmoids (values in (0, 1)), only the "
+    "candidate uses tanh.": partial(_wrong_gru_cell, gate=torch.tanh),
+    "Your gates use one projection only: each gate adds the input's projection and the state's "
+    "projection.": tuple(partial(_wrong_gru_cell, gates_from=(part,)) for part in ("x", "h")),
 }
 
 
@@ -147,16 +154,20 @@ def _luong_step(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c):
 
 def _wrong_luong_step(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c, query="new",
                       mask="lengths", order="context first", squash=True, transpose=False,
-                      state="new", axis=-1, scale=False, weights_shape="(B, T_src)"):
-    """One Luong step, right by default; each other value of an argument is a classic mistake."""
+                      state="new", axis=-1, scale=False, weights_shape="(B, T_src)",
+                      score="general", shift=0):
+    """One Luong step, right by default; each other value of an argument is a classic mistake.
+    score "dot": s_i h_j without W_a; shift: the mask keeps valid_len + shift positions."""
     new = cell(embedded, hidden)  # (B, H)
     q = new if query == "new" else hidden
-    scores = (q @ (W_a.T if transpose else W_a))[:, None] @ enc_outputs.transpose(1, 2)
+    W = torch.eye(W_a.shape[0], dtype=W_a.dtype) if score == "dot" else W_a
+    scores = (q @ (W.T if transpose else W))[:, None] @ enc_outputs.transpose(1, 2)
     if scale:
         scores = scores / math.sqrt(W_a.shape[0])
     scores = scores.squeeze(1)  # (B, T_src)
     if mask == "lengths":
-        scores = scores.masked_fill(~sequence_mask(valid_lens, scores.shape[1]), -math.inf)
+        scores = scores.masked_fill(~sequence_mask(valid_lens + shift, scores.shape[1]),
+                                    -math.inf)
     elif mask == "zero":  # the padding's scores set to 0, not -inf
         scores = scores.masked_fill(~sequence_mask(valid_lens, scores.shape[1]), 0.0)
     weights = torch.softmax(scores, dim=axis)  # (B, T_src)
@@ -167,7 +178,27 @@ def _wrong_luong_step(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c,
     attentional = W_c(torch.cat(pair, dim=-1))
     attentional = torch.tanh(attentional) if squash else attentional
     weights = weights[:, None] if weights_shape == "(B, 1, T_src)" else weights
-    return attentional, new if state == "new" else hidden, weights
+    return attentional, {"new": new, "old": hidden, "attentional": attentional}[state], weights
+
+
+def _inverted(weights, allowed) -> bool:
+    """Whether weights (..., T_k) give no weight to the keys ``allowed`` marks valid (0, or NaN
+    where a row has no padded key to go to) and sum to 1 over the padded keys of every row that
+    has some: the mask inverted. (Without any padding, such a mask leaves no key at all.)"""
+    padded = ~allowed.all(-1)
+    on_valid = torch.where(allowed, weights, 0.0)
+    on_padding = torch.where(allowed, 0.0, weights).sum(-1)
+    return (bool(((on_valid.abs() < 1e-6) | on_valid.isnan()).all())
+            and bool(((on_padding[padded] - 1).abs() < 1e-4).all()))
+
+
+def _inverted_mask(result, embedded, hidden, enc_outputs, valid_lens, *modules) -> bool:
+    """Whether the weights are those of an inverted mask (see :func:`_inverted`)."""
+    weights = torch.as_tensor(result[2]).double()
+    allowed = sequence_mask(valid_lens, enc_outputs.shape[1])
+    if weights.shape != allowed.shape:
+        return False
+    return _inverted(weights, allowed)
 
 
 _LUONG_STEP_MISTAKES = {
@@ -195,6 +226,14 @@ _LUONG_STEP_MISTAKES = {
                    partial(_wrong_luong_step, axis=0, mask="none")),
     "Your weights keep the query axis, (B, 1, T_src): the exercise returns them as (B, T_src).":
         partial(_wrong_luong_step, weights_shape="(B, 1, T_src)"),
+    "Your scores leave out W_a (a dot product s_i h_j): Luong's general score is s_i W_a h_j.":
+        partial(_wrong_luong_step, score="dot"),
+    "You return the attentional vector as the state: the second result is the RNN's new state "
+    "s_i, the cell's output.": partial(_wrong_luong_step, state="attentional"),
+    "Your mask is inverted: the weights go to the padding and none to the valid source "
+    "positions.": Symptom(_inverted_mask),
+    "Your mask is off by one: a sentence's weights cover exactly its first valid_len source "
+    "positions.": tuple(partial(_wrong_luong_step, shift=shift) for shift in (1, -1)),
 }
 
 

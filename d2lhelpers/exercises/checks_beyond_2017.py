@@ -10,12 +10,12 @@ from functools import partial
 import torch
 
 from ..attention import (KVCache, MultiHeadAttention, causal_valid_lens, masked_softmax,
-                         online_softmax_update)
+                         online_softmax_update, sequence_mask)
 from ..decoding import next_token_probs
 from ..positional import apply_rotary
 from .cases import (case_label, feed_in_chunks, labelled, load_linear_weights, randint, randn,
                     random_floats, random_sizes, seeded_generator, seeded_module)
-from .runner import run_check
+from .runner import Symptom, run_check
 
 __all__ = ["check_rotary_at_positions", "check_online_softmax_update",
            "check_cached_gqa_self_attention", "check_top_p_probs"]
@@ -24,7 +24,7 @@ __all__ = ["check_rotary_at_positions", "check_online_softmax_update",
 # The classic mistakes, each as the function that makes it ----------------------------------------
 
 def _wrong_rotary(x, positions, pairs="neighbours", turn=1, exponent="2j", written="interleaved",
-                  use_positions=True, frequencies_in=torch.float64):
+                  use_positions=True, frequencies_in=torch.float64, shift=0, trig="cos, sin"):
     """RoPE at given positions, right by default; each other value of an argument is a classic
     mistake. pairs "halves": feature j with feature j + d_k/2; written "halves": the rotated
     pairs put back as two halves. frequencies_in: the dtype the frequencies are computed in (None:
@@ -34,9 +34,11 @@ def _wrong_rotary(x, positions, pairs="neighbours", turn=1, exponent="2j", writt
     j = torch.arange(d_k // 2, dtype=frequencies_in or dtype)
     power = {"2j": 2 * j / d_k, "j": j / d_k, "4j": 4 * j / d_k, "-2j": -2 * j / d_k}[exponent]
     omega = (10000.0 ** -power).to(dtype)  # (d_k/2,)
-    m = positions if use_positions else torch.arange(T)
+    m = (positions if use_positions else torch.arange(T)) + shift
     angles = m.to(dtype)[:, None] * omega  # (T, d_k/2)
     cos, sin = torch.cos(angles).to(x.dtype), turn * torch.sin(angles).to(x.dtype)
+    if trig == "sin, cos":  # each other's place
+        cos, sin = sin / turn, turn * cos
     if pairs == "halves":
         a, b = x[..., :d_k // 2], x[..., d_k // 2:]
     else:
@@ -45,6 +47,16 @@ def _wrong_rotary(x, positions, pairs="neighbours", turn=1, exponent="2j", writt
     if written == "halves" or (pairs == "halves" and written != "interleaved anyway"):
         return torch.cat([first, second], dim=-1)
     return torch.stack([first, second], dim=-1).flatten(-2)
+
+
+def _not_a_rotation(result, x, positions) -> bool:
+    """Whether the result has x's shape but changes the length of some vector x[..., t, :] (which
+    a rotation of its pairs, whichever they are, keeps)."""
+    y = torch.as_tensor(result).double()
+    x = x.double()
+    if y.shape != x.shape:
+        return False
+    return not torch.allclose(y.norm(dim=-1), x.norm(dim=-1), atol=1e-4, rtol=1e-4)
 
 
 _ROTARY_AT_POSITIONS_MISTAKES = {
@@ -66,6 +78,12 @@ _ROTARY_AT_POSITIONS_MISTAKES = {
         partial(_wrong_rotary, exponent="-2j", frequencies_in=None)),
     "Your rotation uses the positions 0 .. T-1, not those you were given: row t turns as "
     "position positions[t].": partial(_wrong_rotary, use_positions=False),
+    "Your positions are off by one: row t turns by the angle of position positions[t] itself.":
+        tuple(partial(_wrong_rotary, shift=shift) for shift in (1, -1)),
+    "Your cos and sin trade places: y_2j = x_2j cos - x_2j+1 sin, with cos and sin of the same "
+    "angle.": tuple(partial(_wrong_rotary, trig="sin, cos", turn=turn) for turn in (1, -1)),
+    "Your result is not a rotation: it changes the length of x's vectors, which turning each "
+    "pair (x_2j, x_2j+1) by an angle keeps.": Symptom(_not_a_rotation),
 }
 
 
@@ -101,10 +119,11 @@ def check_rotary_at_positions(fn: Callable, seed: int = 0, hint: int = 1, *,
 
 def _wrong_online_update(m, l, acc, scores, values, rescale=("l", "acc"), guard=True,
                          shift="new maximum", maximum="running", factor="exp(m - m_new)",
-                         returned="state"):
+                         returned="state", max_over=(-1, True), sum_over=(-1, True)):
     """One block of the online softmax, right by default; each other value of an argument is a
-    classic mistake."""
-    block_max = scores.amax(dim=-1, keepdim=True)
+    classic mistake. max_over, sum_over: the axis the block's maximum, and l's new sum, reduce,
+    and whether they keep it (keepdim)."""
+    block_max = scores.amax(dim=max_over[0], keepdim=max_over[1])
     m_new = block_max if maximum == "block" else torch.maximum(m, block_max)
     def guarded(maximum):  # 0 instead of -inf
         return torch.where(torch.isinf(maximum), torch.zeros_like(maximum), maximum) if guard \
@@ -118,7 +137,8 @@ def _wrong_online_update(m, l, acc, scores, values, rescale=("l", "acc"), guard=
         torch.exp(reference - m)
     if factor == "the block's maximum":  # the old sums compared with the block's maximum alone
         correction = torch.exp(m - guarded(block_max))
-    new_l = (l * correction if "l" in rescale else l) + p.sum(dim=-1, keepdim=True)
+    new_l = (l * correction if "l" in rescale else l) + p.sum(dim=sum_over[0],
+                                                             keepdim=sum_over[1])
     new_acc = (acc * correction if "acc" in rescale else acc) + p @ values
     if returned == "normalised":
         new_acc = new_acc / torch.where(new_l > 0, new_l, torch.ones_like(new_l))
@@ -156,6 +176,13 @@ _ONLINE_SOFTMAX_UPDATE_MISTAKES = {
         partial(_wrong_online_update, maximum="kept"),
     "Your acc is divided by l: acc stays the unnormalised weighted sum until the last block.":
         partial(_wrong_online_update, returned="normalised"),
+    "Your maximum or sum drops the axis it reduces (no keepdim): a (T_q,) vector against the "
+    "(T_q, 1) state broadcasts every query against every other.": (
+        partial(_wrong_online_update, max_over=(-1, False)),
+        partial(_wrong_online_update, sum_over=(-1, False))),
+    "Your maximum or sum runs over the queries: each query takes its own over the block's keys, "
+    "the last axis.": (partial(_wrong_online_update, max_over=(-2, True)),
+                       partial(_wrong_online_update, sum_over=(-2, True))),
 }
 
 
@@ -237,18 +264,29 @@ def _gqa_cases(generator):
 
 def _wrong_gqa_step(gqa, X, cache, rotate=("queries", "keys"), positions="after the cache",
                     heads="interleave", causal="with the cache", scale="d_k",
-                    cache_keys="rotated"):
+                    cache_keys="rotated", query_positions=None, key_positions=None, shift=0,
+                    swapped=False, axis=-1):
     """A cached grouped-query RoPE step with gqa's weights, right by default; each other value of
-    an argument is a classic mistake."""
+    an argument is a classic mistake. query_positions, key_positions: the positions of the
+    queries, or the keys, alone (as ``positions``); shift: the positions off by it; swapped: the
+    keys and values trade places; axis: that of the softmax."""
     B, T, d_model = X.shape
     h, g, d_k = gqa.num_heads, gqa.num_kv_heads, gqa.d_k
     seen = len(cache)
-    start = {"after the cache": seen, "from 0": 0, "after appending": seen + T}[positions]
-    where = torch.arange(start, start + T)
+
+    def at(kind):  # the positions of the new tokens, as counted
+        start = {"after the cache": seen, "from 0": 0, "after appending": seen + T}[kind]
+        return torch.arange(start, start + T) + shift
+
+    where = at(positions)
     Q = gqa.split_heads(gqa.W_q(X))  # (B, h, T, d_k)
     K, V = gqa.split_heads(gqa.W_k(X)), gqa.split_heads(gqa.W_v(X))  # (B, g, T, d_k)
-    Q = apply_rotary(Q, where) if "queries" in rotate else Q
-    rotated = apply_rotary(K, where) if "keys" in rotate else K
+    if swapped:
+        K, V = V, K
+    Q = apply_rotary(Q, at(query_positions) if query_positions else where) \
+        if "queries" in rotate else Q
+    rotated = apply_rotary(K, at(key_positions) if key_positions else where) \
+        if "keys" in rotate else K
     V = apply_rotary(V, where) if "values" in rotate else V
     cache.append(rotated if cache_keys == "rotated" else K, V)
     keys = cache.keys if cache_keys == "rotated" else apply_rotary(cache.keys,
@@ -265,8 +303,23 @@ def _wrong_gqa_step(gqa, X, cache, rotate=("queries", "keys"), positions="after 
     T_k = keys.shape[2]
     lens = {"with the cache": causal_valid_lens(B, T, T_k - T),
             "without the cache": causal_valid_lens(B, T, 0),
-            "none": torch.full((B,), T_k)}[causal]
-    weights = masked_softmax(scores, lens.repeat_interleave(h, dim=0))
+            "none": torch.full((B,), T_k),
+            "one more": causal_valid_lens(B, T, T_k - T) + 1,
+            "one fewer": causal_valid_lens(B, T, T_k - T) - 1,
+            "one fewer, -inf": causal_valid_lens(B, T, T_k - T) - 1}[causal]
+    lens = lens.repeat_interleave(h, dim=0)
+    if axis != -1:  # the causal mask, then the softmax over the queries
+        allowed = sequence_mask(lens if lens.dim() == 2 else lens[:, None], T_k).expand_as(scores)
+        weights = torch.softmax(scores.masked_fill(~allowed, -math.inf), dim=axis)
+    elif causal != "with the cache" and causal.startswith("one"):  # past the keys: all of them
+        allowed = sequence_mask(lens, T_k)
+        if causal.endswith("-inf"):  # a query with no key to see: NaN
+            weights = torch.softmax(scores.masked_fill(~allowed, -math.inf), -1)
+        else:
+            weights = torch.softmax(scores.masked_fill(~allowed, torch.finfo(scores.dtype).min),
+                                    -1).masked_fill(~allowed, 0.0)
+    else:
+        weights = masked_softmax(scores, lens)
     heads_out = weights.unflatten(0, (B, h)) @ values  # (B, h, T, d_k)
     return gqa.W_o(gqa.merge_heads(heads_out))
 
@@ -312,6 +365,20 @@ _CACHED_GQA_MISTAKES = {
         _wrong_gqa(scale="none"),
     "Your scores are divided by sqrt(g * d_k), the width of all the key-value heads: each head "
     "scales by the square root of its own width, d_k.": _wrong_gqa(scale="g d_k"),
+    "Your queries and keys turn at different positions: both are rotated at the positions of the "
+    "new tokens, len(cache) onwards.": tuple(
+        _wrong_gqa(**{which: kind}) for which in ("query_positions", "key_positions")
+        for kind in ("from 0", "after appending")),
+    "Your positions are off by one: the new tokens sit at positions len(cache), len(cache) + 1, "
+    "...": tuple(_wrong_gqa(shift=shift) for shift in (1, -1)),
+    "Your causal lengths are off by one: the i-th new position sees the cached positions and the "
+    "new ones up to itself, itself included.": tuple(_wrong_gqa(causal=causal)
+                                                     for causal in ("one more", "one fewer",
+                                                                    "one fewer, -inf")),
+    "Your keys and values trade places: the keys come from W_k (and are rotated), the values "
+    "from W_v.": _wrong_gqa(swapped=True),
+    "Your softmax runs over the queries: each query's weights sum to 1 over the keys it sees.":
+        _wrong_gqa(axis=-2),
 }
 
 
@@ -361,9 +428,14 @@ def _wrong_top_p(logits, top_p, keep="mass before < top_p", renormalise=True, or
     """Nucleus probabilities, right by default; each other value of an argument is a classic
     mistake. keep: which sorted tokens are kept, by the probability of those before them or up
     to them."""
-    probs = (torch.softmax(logits, dim=-1) if softmax == "stable"
-             else torch.exp(logits) / torch.exp(logits).sum(dim=-1, keepdim=True))
-    sorted_probs, index = probs.sort(dim=-1, descending=order == "descending")
+    probs = {"stable": lambda: torch.softmax(logits, dim=-1),
+             "over the batch": lambda: torch.softmax(logits, dim=0),
+             "exp": lambda: torch.exp(logits) / torch.exp(logits).sum(dim=-1, keepdim=True)}[
+        softmax]()
+    if order == "vocabulary":  # not sorted at all
+        sorted_probs, index = probs, torch.arange(probs.shape[-1]).expand_as(probs)
+    else:
+        sorted_probs, index = probs.sort(dim=-1, descending=order == "descending")
     mass = (sorted_probs if cumulate == "probabilities"
             else logits.gather(-1, index)).cumsum(dim=-1)  # up to and including each token
     before = mass - (sorted_probs if cumulate == "probabilities" else logits.gather(-1, index))
@@ -380,6 +452,40 @@ def _wrong_top_p(logits, top_p, keep="mass before < top_p", renormalise=True, or
     if divide_by == "top_p":
         return out / top_p
     return out / out.sum(dim=-1, keepdim=True) if renormalise else out
+
+
+def _right_after_a_softmax(result, logits, top_p) -> bool:
+    """Whether the softmax of the result (logits or log-probabilities, -inf outside the nucleus)
+    gives the expected probabilities."""
+    result = torch.as_tensor(result).double()
+    return (result.shape == logits.shape and torch.allclose(
+        torch.softmax(result, dim=-1), next_token_probs(logits.double(), top_p=top_p),
+        atol=1e-5))
+
+
+def _nucleus_of_another_size(result, logits, top_p) -> bool:
+    """Whether each row of the result is the probabilities of its m most probable tokens,
+    renormalised, in place (for some m; m = 0: nothing kept, all 0, or NaN from 0 / 0), and some
+    row's m is not the nucleus's."""
+    result = torch.as_tensor(result).double()
+    probs = torch.softmax(logits.double(), dim=-1)
+    if result.shape != probs.shape or probs.dim() != 2:
+        return False
+    expected = next_token_probs(logits.double(), top_p=top_p)
+    other = False
+    for row, p, want in zip(result, probs, expected):
+        if (bool(row.isnan().all()) or bool((row == 0).all())) and float(logits.abs().max()) < 50:
+            other = True  # (with moderate logits: not the NaN of an overflowing exp)
+            continue
+        order = p.argsort(descending=True)
+        for m in range(1, len(p) + 1):
+            kept = torch.zeros_like(p).index_fill(0, order[:m], 1.0) * p
+            if torch.allclose(row, kept / kept.sum(), atol=1e-5):
+                other = other or (m != int((want > 0).sum()))
+                break
+        else:
+            return False
+    return other
 
 
 _TOP_P_PROBS_MISTAKES = {
@@ -407,6 +513,17 @@ _TOP_P_PROBS_MISTAKES = {
         partial(_wrong_top_p, placed="mask not moved", renormalise=False)),
     "Your nucleus accumulates the logits: the nucleus is the fewest most probable tokens whose "
     "probabilities sum to top_p.": partial(_wrong_top_p, cumulate="logits"),
+    "Your nucleus takes the tokens in vocabulary order: sort them by probability first, the most "
+    "probable first.": tuple(partial(_wrong_top_p, order="vocabulary", renormalise=renormalise)
+                             for renormalise in (True, False)),
+    "Your softmax runs over the batch: each row's probabilities are over the vocabulary, the "
+    "last axis.": tuple(partial(_wrong_top_p, softmax="over the batch", renormalise=renormalise)
+                        for renormalise in (True, False)),
+    "Your result turns into the right probabilities under a softmax: return the probabilities "
+    "themselves, not logits or log-probabilities.": Symptom(_right_after_a_softmax),
+    "Your nucleus holds the most probable tokens, renormalised, but not the right number of them: "
+    "it is the fewest most probable tokens whose probabilities reach top_p together.":
+        Symptom(_nucleus_of_another_size),
 }
 
 

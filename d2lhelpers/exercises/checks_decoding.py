@@ -18,9 +18,11 @@ def _wrong_advance_beams(log_probs, lengths, finished, step_log_probs, eos, alph
                          finished_continue="with <eos> free", totals="added", grow="unfinished",
                          rank="by sentence", order="best first", unravel="by V",
                          normalise=True, ended="parent or <eos>", returned="totals",
-                         outputs="in order", select="topk", gather="by index"):
+                         outputs="in order", select="topk", gather="by index",
+                         penalty_lengths="new", reorder=("lengths", "finished")):
     """One beam-search step, right by default; each other value of an argument is a classic
-    mistake."""
+    mistake. penalty_lengths "old": the length penalty of the lengths before this step; reorder:
+    what is taken from each survivor's parent."""
     B, k, V = step_log_probs.shape
     if finished_continue == "dropped":  # no candidate at all
         step_log_probs = step_log_probs.masked_fill(finished[..., None], float("-inf"))
@@ -32,8 +34,8 @@ def _wrong_advance_beams(log_probs, lengths, finished, step_log_probs, eos, alph
     candidates = log_probs[..., None] + step_log_probs if totals == "added" else step_log_probs
     new_lengths = {"unfinished": torch.where(finished, lengths, lengths + 1),
                    "all": lengths + 1, "none": lengths}[grow]
-    penalty = new_lengths[..., None].to(candidates.dtype) ** (alpha if normalise != "length"
-                                                              else 1)
+    penalised = new_lengths if penalty_lengths == "new" else lengths
+    penalty = penalised[..., None].to(candidates.dtype) ** (alpha if normalise != "length" else 1)
     scores = candidates / penalty if normalise else candidates
     if normalise == "multiplied":
         scores = candidates * penalty
@@ -50,13 +52,16 @@ def _wrong_advance_beams(log_probs, lengths, finished, step_log_probs, eos, alph
                  else flat.sort(dim=-1, descending=order == "best first").indices[:, :k])
     parents, tokens = {"by V": (index // V, index % V), "by k": (index % k, index // k),
                        "divmod k": (index // k, index % k)}[unravel]
-    done = finished.gather(1, parents)
+    done = finished.gather(1, parents) if "finished" in reorder else finished
     if ended == "parent or <eos>":
         done = done | (tokens == eos)
     if gather == "by parents and tokens":  # the candidates found again from what was unravelled
         index = parents * V + tokens
     chosen = (candidates if returned == "totals" else scores).reshape(B, k * V).gather(1, index)
-    results = (chosen, new_lengths.gather(1, parents), done, parents, tokens)
+    if returned == "parents' totals":  # the parent's total, without the chosen token
+        chosen = log_probs.gather(1, parents)
+    results = (chosen, new_lengths.gather(1, parents) if "lengths" in reorder else new_lengths,
+               done, parents, tokens)
     return results if outputs == "in order" else results[:3] + (tokens, parents)
 
 
@@ -117,6 +122,14 @@ _ADVANCE_BEAMS_MISTAKES = {
     "finished.": _beams(ended="parent only"),
     "You return tokens before parents: the results are (log_probs, lengths, finished, parents, "
     "tokens).": _beams(outputs="swapped"),
+    "Your length penalty uses the lengths before this step: a candidate that extends an "
+    "unfinished beam is ranked with its new length, one token longer.":
+        _beams(penalty_lengths="old"),
+    "Your new log_probs leave out the chosen token's log-probability: a survivor's total is its "
+    "parent's plus its token's.": _beams(returned="parents' totals"),
+    "Your lengths or finished flags stay in the order of the old beams: each survivor takes "
+    "those of its parent.": tuple(variant for reorder in (("finished",), ("lengths",), ())
+                                  for variant in _beams(reorder=reorder)),
 }
 
 

@@ -11,7 +11,7 @@ from functools import partial
 import torch
 from torch import nn
 
-from ..attention import MultiHeadAttention, masked_softmax, valid_lens_to_mask
+from ..attention import MultiHeadAttention, masked_softmax, sequence_mask, valid_lens_to_mask
 from .cases import (MASK_KINDS, case_label, load_linear_weights, randn, random_choice,
                     random_head_sizes, seeded_generator, seeded_module, size_text, valid_lens_case)
 from .runner import Symptom, run_check
@@ -60,9 +60,14 @@ def _split(x: torch.Tensor, h: int, split="heads first") -> torch.Tensor:
     return x.reshape(B, T, h, width // h).transpose(1, 2)
 
 
-def _head_weights(Q, K, valid_lens, scale="d_k", lens="interleave", fill="zero", axis=-1):
+def _head_weights(Q, K, valid_lens, scale="d_k", lens="interleave", fill="zero", axis=-1,
+                  operands="queries, keys", shift=0):
     """Weights (B, h, T_q, T_k) of the heads Q (B, h, T_q, d_k) and K (B, h, T_k, d_k), right by
-    default; each other value of an argument is a classic mistake."""
+    default; each other value of an argument is a classic mistake. operands "keys, queries": the
+    scores of the keys against the queries, (T_k, T_q); shift: each query sees valid_len + shift
+    keys (a mask off by one)."""
+    if operands == "keys, queries":
+        Q, K = K, Q
     B, h, T_q, d_k = Q.shape
     T_k = K.shape[2]
     divisor = {"d_k": math.sqrt(d_k), "d_model": math.sqrt(h * d_k), "none": 1.0}[scale]
@@ -73,6 +78,14 @@ def _head_weights(Q, K, valid_lens, scale="d_k", lens="interleave", fill="zero",
         folded = valid_lens.repeat_interleave(h, dim=0)
     else:  # "repeat": the whole batch tiled h times, heads paired with other sequences
         folded = valid_lens.repeat(h, *[1] * (valid_lens.dim() - 1))
+    if shift and folded is not None:  # valid_len + shift keys seen, however many there are
+        allowed = sequence_mask(folded + shift, T_k)
+        allowed = (allowed[:, None] if folded.dim() == 1 else allowed).expand(-1, T_q, -1)
+        if fill == "-inf":
+            return torch.softmax(scores.masked_fill(~allowed, -math.inf), -1).reshape(
+                B, h, T_q, T_k)
+        weights = torch.softmax(scores.masked_fill(~allowed, torch.finfo(scores.dtype).min), -1)
+        return weights.masked_fill(~allowed, 0.0).reshape(B, h, T_q, T_k)
     if axis != -1:  # masked before (with -inf), or after (zeroed), the softmax
         allowed = None if folded is None else valid_lens_to_mask(folded, T_q, T_k)
         if allowed is not None and fill == "-inf":
@@ -199,6 +212,55 @@ def _per_sequence_lengths_only(result, *args) -> bool:
     return isinstance(result, Exception) and valid_lens is not None and valid_lens.dim() == 2
 
 
+def _weights_and_lens(result, *args):
+    """(the learner's weights (B, h, T_q, T_k) as float64, valid_lens) from the arguments of
+    either exercise (see :func:`_heads`)."""
+    weights = result if len(args) == 4 else result[1]
+    return torch.as_tensor(weights).double(), args[-1]
+
+
+def _inverted(weights, allowed) -> bool:
+    """Whether weights (..., T_k) give no weight to the keys ``allowed`` marks valid (0, or NaN
+    where a row has no padded key to go to) and sum to 1 over the padded keys of every row that
+    has some: the mask inverted. (Without any padding, such a mask leaves no key at all.)"""
+    padded = ~allowed.all(-1)
+    on_valid = torch.where(allowed, weights, 0.0)
+    on_padding = torch.where(allowed, 0.0, weights).sum(-1)
+    return (bool(((on_valid.abs() < 1e-6) | on_valid.isnan()).all())
+            and bool(((on_padding[padded] - 1).abs() < 1e-4).all()))
+
+
+def _inverted_mask(result, *args) -> bool:
+    """Whether the weights are those of an inverted mask (see :func:`_inverted`)."""
+    weights, valid_lens = _weights_and_lens(result, *args)
+    if valid_lens is None or weights.dim() != 4:
+        return False
+    B, h, T_q, T_k = weights.shape
+    allowed = valid_lens_to_mask(valid_lens, T_q, T_k)[:, None].expand_as(weights)
+    return _inverted(weights, allowed)
+
+
+def _sums_over_another_axis(result, *args) -> bool:
+    """Whether the weights sum to 1 (or 0: a row with nothing to see) along another axis than the
+    keys (the queries, the heads or the batch), and not along the keys."""
+    weights, _ = _weights_and_lens(result, *args)
+    if weights.dim() != 4 or not bool(torch.isfinite(weights).all()):
+        return False
+    over_keys = weights.sum(-1)
+    if bool((((over_keys - 1).abs() < 1e-4) | (over_keys.abs() < 1e-6)).all()):
+        return False
+    scores, d_k, valid_lens, _ = _heads(result, *args)
+    right = _head_weights_of(scores / math.sqrt(d_k), valid_lens)
+    if right.shape == weights.mT.shape and torch.allclose(weights, right.mT, atol=1e-5):
+        return False  # the right weights, kept transposed
+    for axis in (0, 1, 2):  # (an axis of size 1: weights of 1, a softmax over that axis)
+        sums = weights.sum(axis)
+        if bool((((sums - 1).abs() < 1e-4) | (sums.abs() < 1e-6)).all()) and bool(
+                ((sums - 1).abs() < 1e-4).any()):
+            return True
+    return False
+
+
 def _per_head_mistakes(wrong: Callable, module: bool = False) -> dict:
     """The mistakes shared by the exercises that compute every head's weights, ``wrong`` making
     them; ``module``: the exercise keeps the weights beside its output."""
@@ -236,6 +298,19 @@ def _per_head_mistakes(wrong: Callable, module: bool = False) -> dict:
                                      for fill in ("zero", "-inf")),
         "Your scores are divided by another number than sqrt(d_k), the square root of each "
         "head's width.": Symptom(_scaled_otherwise),
+        **({} if module else {  # (in self-attention, the same as keys and queries swapped)
+            "Your scores compare each key with the queries (keys times queries transposed): row "
+            "i of a head's scores holds query i's dot products with the keys.":
+                tuple(partial(wrong, operands="keys, queries", fill=fill)
+                      for fill in ("zero", "-inf"))}),
+        "Your mask is inverted: the weights go to the padded keys and none to the valid ones.":
+            Symptom(_inverted_mask),
+        "Your mask is off by one: a query sees exactly the first valid_len keys, positions 0 .. "
+        "valid_len - 1.": tuple(partial(wrong, shift=shift, fill=fill) for shift in (1, -1)
+                                for fill in ("zero", "-inf")),
+        "Your weights sum to 1 over another axis than the keys (the queries, the heads or the "
+        "batch): each query's weights must sum to 1 over the keys.":
+            Symptom(_sums_over_another_axis),
     }
 
 
@@ -289,8 +364,9 @@ def _wrong_torch_multihead(mha, queries, keys, values, order=("W_q", "W_k", "W_v
                                       batch_first=batch_first)
     with torch.no_grad():
         weights = [getattr(mha, name).weight for name in order]
-        layer.in_proj_weight.copy_(torch.cat([w.T if transpose else w for w in weights]))
-        layer.out_proj.weight.copy_(mha.W_o.weight.T if transpose else mha.W_o.weight)
+        transpose_in, transpose_out = transpose in (True, "in"), transpose in (True, "out")
+        layer.in_proj_weight.copy_(torch.cat([w.T if transpose_in else w for w in weights]))
+        layer.out_proj.weight.copy_(mha.W_o.weight.T if transpose_out else mha.W_o.weight)
         if has_bias and "in" in biases:  # (PyTorch initialises the biases to 0)
             layer.in_proj_bias.copy_(torch.cat([getattr(mha, name).bias
                                                 for name in bias_order or order]))
@@ -351,7 +427,8 @@ _TO_TORCH_MULTIHEAD_MISTAKES = {
     "Your layer's input biases are not copied: the biases of W_q, W_k and W_v go into "
     "in_proj_bias, in that order.": partial(_wrong_torch_multihead, biases=("out",)),
     "Your weights are transposed: PyTorch's layers keep them as (out_features, in_features), "
-    "as nn.Linear does.": partial(_wrong_torch_multihead, transpose=True),
+    "as nn.Linear does.": tuple(partial(_wrong_torch_multihead, transpose=transpose)
+                                for transpose in (True, "in", "out")),
     "Your layer's input projection is not copied: in_proj_weight must hold mha's W_q, W_k and "
     "W_v.": _repaired("in"),
     "Your layer's output projection is not copied: out_proj.weight must hold mha's W_o.":

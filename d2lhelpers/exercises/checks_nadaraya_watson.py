@@ -37,7 +37,11 @@ def _kernel_scores(queries, keys, width, kernel="laplace"):
             "signed": lambda: -distances / width,
             "signed the other way": lambda: distances / width,
             "width squared": lambda: -distances.abs() / width ** 2,
-            "no width": lambda: -distances.abs()}[kernel]()
+            "no width": lambda: -distances.abs(),
+            "gaussian times width": lambda: -(distances * width) ** 2 / 2,
+            "gaussian without width": lambda: -distances ** 2 / 2,
+            "gaussian width squared": lambda: -(distances / width ** 2) ** 2 / 2,
+            "gaussian half inside": lambda: -(distances / (2 * width)) ** 2}[kernel]()
 
 
 def _wrong_laplace_pooling(queries, keys, values, width, kernel="laplace", normalise="keys",
@@ -46,7 +50,10 @@ def _wrong_laplace_pooling(queries, keys, values, width, kernel="laplace", norma
     weights = {"keys": lambda: torch.softmax(scores, dim=1),
                "queries": lambda: torch.softmax(scores, dim=0),
                "all": lambda: torch.softmax(scores.flatten(), dim=0).reshape(scores.shape),
-               "none": lambda: torch.exp(scores)}[normalise]()
+               "none": lambda: torch.exp(scores),
+               # each row's sum without keepdim: column j divided by row j's sum
+               "row sums broadcast": lambda: torch.exp(scores) / torch.exp(scores).sum(dim=1)}[
+        normalise]()
     if pool == "over the queries":  # each key's value weighted by every query, summed
         return (weights * values).sum(dim=0)
     return weights @ values if pool else weights
@@ -79,6 +86,9 @@ _LAPLACE_POOLING_MISTAKES = {
     "sum of the values over the keys.": partial(_wrong_laplace_pooling, pool="over the queries"),
     "You return the weights (n_q, n_k), not the predictions: each prediction is the weighted "
     "average of the values.": partial(_wrong_laplace_pooling, pool=False),
+    "Your row sums lost their axis (a sum without keepdim): dividing by them divides column j by "
+    "row j's sum; each row must be divided by its own sum.":
+        partial(_wrong_laplace_pooling, normalise="row sums broadcast"),
 }
 
 
@@ -158,6 +168,11 @@ _LOO_ERROR_MISTAKES = {
                 partial(_wrong_loo_error, error="signed sum")),
     "Your error is the mean absolute error: the exercise asks for the mean of the squared "
     "errors.": partial(_wrong_loo_error, error="absolute"),
+    "Your kernel scales the squared distance by another factor than 1 / (2 width^2): the "
+    "Gaussian kernel is -((x_i - x_j) / width)^2 / 2.": tuple(
+        partial(_wrong_loo_error, kernel=kernel)
+        for kernel in ("gaussian times width", "gaussian without width", "gaussian width squared",
+                       "gaussian half inside")),
 }
 
 

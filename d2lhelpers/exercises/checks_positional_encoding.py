@@ -10,7 +10,7 @@ from functools import partial
 import torch
 from torch import nn
 
-from ..attention import masked_softmax, valid_lens_to_mask
+from ..attention import masked_softmax, sequence_mask, valid_lens_to_mask
 from ..positional import PositionalEncoding
 from .cases import (MASK_KINDS, case_label, labelled, randn, random_choice, random_sizes,
                     seeded_generator, size_text, valid_lens_case)
@@ -67,6 +67,13 @@ def _other_frequencies(P, max_len, d) -> bool:
             and (d == 1 or torch.allclose(P[:, 1::2], torch.cos(i * w), atol=1e-4)))
 
 
+def _one_column_too_many(P, max_len, d) -> bool:
+    """Whether, for an odd width, the table has d + 1 columns whose first d are right."""
+    P = torch.as_tensor(P).double()
+    return (d % 2 == 1 and tuple(P.shape) == (max_len, d + 1)
+            and torch.allclose(P[:, :d], _wrong_table(max_len, d), atol=1e-5))
+
+
 _SINUSOIDAL_TABLE_MISTAKES = {
     "Your frequencies use the exponent j/d: pair j (columns 2j and 2j+1) uses 2j/d, the index of "
     "its sine column.": partial(_wrong_table, exponent="j"),
@@ -93,6 +100,8 @@ _SINUSOIDAL_TABLE_MISTAKES = {
     "the base, the exponent, and that the angles are in radians.": Symptom(_other_frequencies),
     "Your table is transposed, (d, max_len): one row per position, (max_len, d), is expected.":
         lambda max_len, d: _wrong_table(max_len, d).T,
+    "Your table has d + 1 columns for an odd width: it has d columns, the last one a sine "
+    "without its cosine partner.": Symptom(_one_column_too_many),
 }
 
 
@@ -216,7 +225,7 @@ def _relative_self_attention(module: nn.Module, X: torch.Tensor, valid_lens) -> 
 
 def _wrong_relative_attention(d_model, max_distance, parameters, X, valid_lens, offsets="j - i",
                               clip=True, bias_at="scores", scale="d", mask="lengths", axis=-1,
-                              keep="weights"):
+                              keep="weights", fill="zero"):
     """(outputs, weights) of the exercise's module, right by default; each other value of an
     argument is a classic mistake."""
     T = X.shape[1]
@@ -229,8 +238,9 @@ def _wrong_relative_attention(d_model, max_distance, parameters, X, valid_lens, 
     elif clip:
         delta = delta.clamp(-max_distance, max_distance)
     index = {"unshifted": delta,  # negative offsets wrap around to the end of the table
-             "unshifted, clamped": delta.clamp(0, 2 * max_distance)}.get(offsets,
-                                                                         delta + max_distance)
+             "unshifted, clamped": delta.clamp(0, 2 * max_distance),
+             "distance": delta.abs() + max_distance,  # the direction of the offset dropped
+             "distance, unshifted": delta.abs()}.get(offsets, delta + max_distance)
     bias = parameters["relative_bias"][index]  # (T, T)
     Q, K, V = (X @ parameters[name].T for name in ("W_q", "W_k", "W_v"))
     scores = Q @ K.transpose(1, 2)
@@ -243,6 +253,13 @@ def _wrong_relative_attention(d_model, max_distance, parameters, X, valid_lens, 
         scores = scores / divisor
     allowed = None if valid_lens is None or mask == "none" else \
         valid_lens_to_mask(valid_lens, T, T)
+    if mask in ("one more", "one fewer") and allowed is not None:  # the mask off by one
+        lens = valid_lens + (1 if mask == "one more" else -1)
+        allowed = sequence_mask(lens if lens.dim() == 2 else lens[:, None], T).expand(-1, T, -1)
+        weights = torch.softmax(scores.masked_fill(~allowed, -math.inf if fill == "-inf" else
+                                                   torch.finfo(scores.dtype).min), dim=-1)
+        weights = weights if fill == "-inf" else weights.masked_fill(~allowed, 0.0)
+        return weights @ V, weights
     if mask == "after" and allowed is not None:  # zeroed after the softmax, not renormalised
         weights = torch.softmax(scores, dim=-1) * allowed
         return weights @ V, weights
@@ -264,12 +281,60 @@ def _raises_where_offsets_exceed(result, d_model, max_distance, parameters, X, v
     return isinstance(result, (IndexError, RuntimeError)) and X.shape[1] - 1 > max_distance
 
 
+def _far_keys_otherwise(result, d_model, max_distance, parameters, X, valid_lens) -> bool:
+    """Whether the weights are right wherever a query's keys all lie within max_distance of it,
+    and, in the rows that have keys further away, right up to those keys' biases alone: the keys
+    within max_distance keep the right ratios to each other (and the outputs follow the
+    weights)."""
+    output, weights = (torch.as_tensor(r).double() for r in result)
+    right = _wrong_relative_attention(d_model, max_distance, parameters, X, valid_lens)[1].double()
+    if weights.shape != right.shape:
+        return False
+    T = X.shape[1]
+    offsets = (torch.arange(T)[None, :] - torch.arange(T)[:, None]).abs()  # (T, T)
+    near = (offsets <= max_distance).expand_as(right)
+    far_rows = ~near.all(-1)  # (B, T): rows with keys beyond max_distance
+    if not bool(far_rows.any()) or torch.allclose(weights, right, atol=1e-5):
+        return False
+    if not torch.allclose(weights[~far_rows], right[~far_rows], atol=1e-5):
+        return False
+    seen = near & (right > 0)  # the near keys the query sees: their ratios must be right
+    ratios = torch.where(seen, weights.clamp(min=1e-300).log() - right.clamp(min=1e-300).log(), 0.0)
+    counts = seen.sum(-1, keepdim=True).clamp(min=1)
+    centred = torch.where(seen, ratios - ratios.sum(-1, keepdim=True) / counts, 0.0)
+    values = X.double() @ parameters["W_v"].double().T
+    return (bool((weights[seen] > 0).all()) and bool((centred.abs() < 1e-4).all())
+            and bool((weights[right == 0].abs() < 1e-6).all())
+            and torch.allclose(output, weights @ values, atol=1e-4))
+
+
+def _inverted(weights, allowed) -> bool:
+    """Whether weights (..., T_k) give no weight to the keys ``allowed`` marks valid (0, or NaN
+    where a row has no padded key to go to) and sum to 1 over the padded keys of every row that
+    has some: the mask inverted. (Without any padding, such a mask leaves no key at all.)"""
+    padded = ~allowed.all(-1)
+    on_valid = torch.where(allowed, weights, 0.0)
+    on_padding = torch.where(allowed, 0.0, weights).sum(-1)
+    return (bool(((on_valid.abs() < 1e-6) | on_valid.isnan()).all())
+            and bool(((on_padding[padded] - 1).abs() < 1e-4).all()))
+
+
+def _inverted_mask(result, d_model, max_distance, parameters, X, valid_lens) -> bool:
+    """Whether the weights are those of an inverted mask (see :func:`_inverted`)."""
+    weights = torch.as_tensor(result[1]).double()
+    if valid_lens is None or weights.dim() != 3:
+        return False
+    allowed = valid_lens_to_mask(valid_lens, *weights.shape[1:])
+    return _inverted(weights, allowed)
+
+
 _RELATIVE_SELF_ATTENTION_MISTAKES = {
     "Your offsets are i - j (query minus key): the bias of query i and key j is that of the "
     "offset j - i, key minus query.": partial(_wrong_relative_attention, offsets="i - j"),
     "Your offsets are not clipped to [-max_distance, max_distance]: keys further away than "
     "max_distance share the bias of the largest offset.": (
-        Symptom(_raises_where_offsets_exceed), partial(_wrong_relative_attention, clip=False)),
+        Symptom(_raises_where_offsets_exceed), partial(_wrong_relative_attention, clip=False),
+        Symptom(_far_keys_otherwise)),
     "Your offsets are clipped one short: they are clipped to [-max_distance, max_distance], "
     "both ends included.": partial(_wrong_relative_attention, clip="one short"),
     "Your offsets index relative_bias without the shift by max_distance: entry 0 holds the bias "
@@ -303,6 +368,15 @@ _RELATIVE_SELF_ATTENTION_MISTAKES = {
     "over the keys.": partial(_wrong_relative_attention, axis=-2),
     "Your attention_weights are transposed: row i holds query i's weights over the keys.":
         partial(_wrong_relative_attention, keep="transposed"),
+    "Your bias ignores the direction of the offset: a key d positions before the query and one "
+    "d positions after it have different biases (offsets -d and +d).": (
+        partial(_wrong_relative_attention, offsets="distance"),
+        partial(_wrong_relative_attention, offsets="distance, unshifted")),
+    "Your mask is inverted: the weights go to the padded keys and none to the valid ones.":
+        Symptom(_inverted_mask),
+    "Your mask is off by one: a query sees exactly the first valid_len keys, positions 0 .. "
+    "valid_len - 1.": tuple(partial(_wrong_relative_attention, mask=mask, fill=fill)
+                            for mask in ("one more", "one fewer") for fill in ("zero", "-inf")),
 }
 
 

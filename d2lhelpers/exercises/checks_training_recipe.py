@@ -28,13 +28,15 @@ def _real_token_smoothing(logits, targets, valid_lens, eps, real_tokens):
 
 def _wrong_smoothing(logits, targets, valid_lens, eps, real_tokens, spread="real", divide="R",
                      log="log_softmax", padding="selected", weights="right", average="positions",
-                     uniform_part="mean", target_in_uniform=True, target_weight="1 - eps"):
+                     uniform_part="mean", target_in_uniform=True, target_weight="1 - eps",
+                     eps_used=True):
     """Label smoothing over the real tokens, right by default; each other value of an argument
-    is a classic mistake."""
+    is a classic mistake. log: an axis is that of a log_softmax over another axis than the last."""
     B, T, V = logits.shape
+    eps = eps if eps_used else 0.0
     valid = torch.arange(T)[None, :] < valid_lens[:, None]  # (B, T)
     log_p = (torch.log(torch.softmax(logits, dim=-1)) if log == "log(softmax)"
-             else torch.log_softmax(logits, dim=-1))  # (B, T, V)
+             else torch.log_softmax(logits, dim=log if isinstance(log, int) else -1))  # (B, T, V)
     nll = -log_p.gather(2, targets[..., None]).squeeze(2)  # (B, T)
     over = {"real": real_tokens, "all": torch.ones(V, dtype=torch.bool),
             "not real": ~real_tokens, "after two": torch.arange(V) >= 2}[spread]
@@ -50,7 +52,10 @@ def _wrong_smoothing(logits, targets, valid_lens, eps, real_tokens, spread="real
         total = log_p.masked_fill(~chosen, 0.0).sum(dim=-1)  # over the chosen tokens only
         count = {"R": chosen.sum(dim=-1), "V": torch.full_like(nll, V),
                  "R - 1": chosen.sum(dim=-1) - 1}[divide]
-        uniform = -total / count if uniform_part == "mean" else -total
+        uniform = {"mean": lambda: -total / count, "sum": lambda: -total,
+                   "none": lambda: torch.zeros_like(nll),  # no uniform part at all
+                   "the target's": lambda: nll / count,  # eps / R on the target alone
+                   "the target's, in full": lambda: nll}[uniform_part]()
         keep, smooth = (1 - eps, eps) if weights == "right" else (eps, 1 - eps)
         keep = 1.0 if target_weight == "1" else keep
         losses = keep * nll + smooth * uniform  # (B, T)
@@ -99,6 +104,19 @@ _REAL_TOKEN_SMOOTHING_MISTAKES = {
     "which tokens are real.": partial(_wrong_smoothing, spread="after two"),
     "Your uniform part leaves out the target: eps / R goes to every real token, the target "
     "included.": partial(_wrong_smoothing, target_in_uniform=False),
+    "Your loss is the plain cross-entropy: with smoothing, the target keeps 1 - eps and the real "
+    "tokens share eps.": partial(_wrong_smoothing, eps_used=False),
+    "Your loss has no uniform part: besides (1 - eps) times the target's -log p, it adds eps "
+    "times the mean of -log p over the real tokens.": partial(_wrong_smoothing,
+                                                              uniform_part="none"),
+    "Your uniform part uses the target's log-probability alone: eps is spread over all the real "
+    "tokens, so it takes the mean of -log p over them.": tuple(
+        partial(_wrong_smoothing, uniform_part=part, target_weight=weight)
+        for part in ("the target's", "the target's, in full") for weight in ("1", "1 - eps")
+        if (part, weight) != ("the target's, in full", "1 - eps")),
+    "Your log-probabilities are normalised over another axis than the vocabulary (the positions "
+    "or the batch): log_softmax runs over the last axis.": tuple(
+        partial(_wrong_smoothing, log=axis) for axis in (0, 1)),
 }
 
 

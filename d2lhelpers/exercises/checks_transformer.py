@@ -4,6 +4,7 @@ d2lhelpers.transformer.)"""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from functools import partial
@@ -168,21 +169,33 @@ def _outputs_in_chunks(step, block, X, chunk_sizes, enc_outputs, src_valid_lens)
 
 def _wrong_block_step(block, x, cache, enc, src_valid_lens, placement="the block's",
                       store=True, read_cache=True, offset=True, causal=True, cross_mask=True,
-                      project_from="sublayer input"):
+                      project_from="sublayer input", swapped=(), shift=0, residual=(1, 2, 3),
+                      skip=None, norms=(1, 2, 3)):
     """DecoderBlock.step written from the block's parts, right by default; each other value of an
-    argument is a classic mistake."""
+    argument is a classic mistake. swapped: the attentions ("self", "cross") whose keys and values
+    trade places; shift: the causal lengths off by it; residual: the sublayers (1, 2, 3) that
+    keep their residual connection; skip: a sublayer left out; norms: the add_norm each sublayer
+    uses."""
+    sublayers = dict(zip((block.add_norm1, block.add_norm2, block.add_norm3), (1, 2, 3)))
 
     def sublayer(add_norm, x, f):
+        n = sublayers[add_norm]
+        if n == skip:
+            return x
         pre = add_norm.norm_first if placement not in ("pre", "post") else placement == "pre"
         if placement.startswith("sublayer") and add_norm is getattr(block,
                                                                    f"add_norm{placement[9]}"):
             pre = placement.endswith("pre")  # "sublayer n pre" (or post): that one always so
-        return x + f(add_norm.norm(x)) if pre else add_norm.norm(x + f(x))
+        norm = getattr(block, f"add_norm{norms[n - 1]}").norm
+        keep = x if n in residual else 0
+        return keep + f(norm(x)) if pre else norm(keep + f(x))
 
     def masked_self_attention(h):
         attention = block.self_attention
         source = x if project_from == "block input" else h  # (pre-norm: h is norm(x))
         new = attention.project_keys_values(source, source)  # (B, h, T_new, d_k) each
+        if "self" in swapped:
+            new = KVCache(new.values, new.keys)
         seen = len(cache)
         if read_cache:
             keys = new.keys if cache.keys is None else torch.cat([cache.keys, new.keys], dim=2)
@@ -192,13 +205,14 @@ def _wrong_block_step(block, x, cache, enc, src_valid_lens, placement="the block
         if store:
             cache.append(new.keys, new.values)
         B, T_new, T_k = h.shape[0], h.shape[1], keys.shape[2]
-        lens = (causal_valid_lens(B, T_new, T_k - T_new if offset else 0) if causal
+        lens = (causal_valid_lens(B, T_new, T_k - T_new if offset else 0) + shift if causal
                 else torch.full((B,), T_k))
         return attention.attend(h, KVCache(keys, values), lens)
 
     x = sublayer(block.add_norm1, x, masked_self_attention)
     lens = src_valid_lens if cross_mask else None
-    x = sublayer(block.add_norm2, x, lambda h: block.cross_attention.attend(h, enc, lens))
+    source = KVCache(enc.values, enc.keys) if "cross" in swapped else enc
+    x = sublayer(block.add_norm2, x, lambda h: block.cross_attention.attend(h, source, lens))
     return sublayer(block.add_norm3, x, block.ffn)
 
 
@@ -227,6 +241,21 @@ _CACHED_BLOCK_STEP_MISTAKES = {
     "weight 0.": _wrong_chunks(cross_mask=False),
     "Your keys and values are projected from the block's input, not from the normalised input "
     "that the queries come from (pre-norm).": _wrong_chunks(project_from="block input"),
+    "Your keys and values trade places in an attention: the queries are compared with the keys, "
+    "and the weights average the values.": tuple(
+        _wrong_chunks(swapped=swapped) for swapped in (("cross",), ("self",), ("self", "cross"))),
+    "Your causal lengths are off by one: the i-th new position sees the cached positions and the "
+    "new ones up to itself, itself included.": tuple(_wrong_chunks(shift=shift)
+                                                     for shift in (1, -1)),
+    "Your sublayers leave out a residual connection: each sublayer's output is added to its "
+    "input.": tuple(_wrong_chunks(residual=residual)
+                    for residual in ((), (2, 3), (1, 3), (1, 2))),
+    "Your step leaves out a sublayer: masked self-attention, then encoder-decoder attention, then "
+    "the FFN, each with its own add & norm.": tuple(_wrong_chunks(skip=n) for n in (1, 2, 3)),
+    "Your sublayers use each other's normalisations: add_norm1 goes with the self-attention, "
+    "add_norm2 with the encoder-decoder attention, add_norm3 with the FFN.": tuple(
+        _wrong_chunks(norms=norms) for norms in itertools.permutations((1, 2, 3))
+        if norms != (1, 2, 3)),
 }
 
 

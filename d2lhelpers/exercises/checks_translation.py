@@ -55,21 +55,25 @@ def _finishing_case(generator, B: int, max_len: int, norm_first: bool, bos: int,
 
 @torch.no_grad()
 def _wrong_greedy_decode(model, src, src_valid_lens, bos, eos, max_len, keep_bos=False,
-                         stop="all finished", hold_eos=True, feed="newest", steps=0):
+                         stop="all finished", hold_eos=True, feed="newest", steps=0,
+                         argmax_over=-1, lens_in=("encoder", "state")):
     """Greedy decoding with the cache, right by default; each other value of an argument is a
     classic mistake. feed: "prefix" feeds every token so far to the cached state at each step,
     "fresh state" feeds the newest token to a new state each time. steps: tokens more (or fewer)
-    than max_len at most."""
+    than max_len at most. argmax_over: the axis of the logits (B, T_fed, V) the argmax runs over;
+    lens_in: where src_valid_lens is passed."""
     model.eval()
-    enc_outputs = model.encoder(src, src_valid_lens)
-    state = model.decoder.init_state(enc_outputs, src_valid_lens)
+    enc_outputs = model.encoder(src, src_valid_lens if "encoder" in lens_in else None)
+    state = model.decoder.init_state(enc_outputs, src_valid_lens if "state" in lens_in else None)
     tokens = torch.full((src.shape[0], 1), bos)
     finished = torch.zeros(src.shape[0], dtype=torch.bool)
     for _ in range(max_len + steps):
         if feed == "fresh state":
             state = model.decoder.init_state(enc_outputs, src_valid_lens)
         fed = tokens if feed == "prefix" else tokens[:, -1:]
-        new = model.decoder.step(fed, state)[:, -1].argmax(dim=-1)  # (B,)
+        logits = model.decoder.step(fed, state)  # (B, T_fed, V)
+        new = (logits[:, -1].argmax(dim=-1) if argmax_over == -1  # (B,)
+               else logits.argmax(dim=argmax_over)[:, -1])
         if hold_eos:
             new = new.masked_fill(finished, eos)
         ending = finished | (new == eos)
@@ -101,6 +105,12 @@ _CACHED_GREEDY_DECODE_MISTAKES = {
         partial(_wrong_greedy_decode, feed="fresh state"),
     "Your loop makes one token too many or too few: at most max_len tokens, <bos> not counted.": (
         partial(_wrong_greedy_decode, steps=1), partial(_wrong_greedy_decode, steps=-1)),
+    "Your argmax runs over the positions: each step's next token is the argmax over the "
+    "vocabulary, the last axis of the logits.": partial(_wrong_greedy_decode, argmax_over=1),
+    "Your decoding ignores src_valid_lens: the encoder and the decoder's state both need them, so "
+    "that the source's padding gets no attention.": tuple(
+        partial(_wrong_greedy_decode, lens_in=lens_in)
+        for lens_in in ((), ("encoder",), ("state",))),
 }
 
 
@@ -161,13 +171,19 @@ def check_cached_greedy_decode(fn: Callable, seed: int = 0, hint: int = 1, *,
 
 @torch.no_grad()
 def _wrong_log_prob(model, src, src_valid_lens, tokens, bos, eos, shift=True, count="to the first",
-                    reduce="sum", softmax_dim=-1, lengths_of="counted", scored="tokens"):
+                    reduce="sum", softmax_dim=-1, lengths_of="counted", scored="tokens",
+                    window=(0, 0), normalise="log_softmax", source_lens=True):
     """log P(tokens | src) and lengths by teacher forcing, right by default; each other value of
-    an argument is a classic mistake. count: which positions of a row count."""
+    an argument is a classic mistake. count: which positions of a row count; window: the counted
+    positions' first index, and how many past the last one; normalise: what turns the logits into
+    the scores summed."""
     model.eval()
     B, T = tokens.shape
     dec_input = torch.cat([torch.full((B, 1), bos), tokens[:, :-1]], dim=1) if shift else tokens
-    log_p = torch.log_softmax(model(src, src_valid_lens, dec_input), dim=softmax_dim)
+    logits = model(src, src_valid_lens if source_lens else None, dec_input)
+    log_p = {"log_softmax": lambda: torch.log_softmax(logits, dim=softmax_dim),
+             "none": lambda: logits,
+             "softmax": lambda: torch.softmax(logits, dim=softmax_dim)}[normalise]()
     scored = tokens if scored == "tokens" else dec_input  # the input: the tokens shifted
     token_log_p = log_p.gather(2, scored[..., None]).squeeze(2)  # (B, T)
     is_eos = tokens == eos
@@ -176,7 +192,7 @@ def _wrong_log_prob(model, src, src_valid_lens, tokens, bos, eos, shift=True, co
     lengths = {"to the first": torch.where(is_eos.any(1), first + 1, T),
                "before the first": first, "all": torch.full((B,), T),
                "to the last": torch.where(is_eos.any(1), last + 1, T)}[count]
-    counted = sequence_mask(lengths, T)
+    counted = sequence_mask(lengths + window[1], T) & (torch.arange(T) >= window[0])
     sums = torch.where(counted, token_log_p, 0.0).sum(dim=1)
     if reduce == "mean":
         sums = sums / lengths.clamp(min=1)
@@ -208,6 +224,14 @@ _TRANSLATION_LOG_PROB_MISTAKES = {
     "Your lengths are off by one: a row's length counts its tokens up to its first <eos>, that "
     "<eos> included.": (partial(_wrong_log_prob, lengths_of="one more"),
                         partial(_wrong_log_prob, lengths_of="one fewer")),
+    "Your log-probabilities count the positions off by one: a row counts its positions from the "
+    "first up to its first <eos>, both included.": tuple(
+        partial(_wrong_log_prob, window=window) for window in ((1, 0), (0, 1), (1, 1))),
+    "Your scores are not log-probabilities (the raw logits, or probabilities): take the "
+    "log_softmax of the logits over the vocabulary.": tuple(
+        partial(_wrong_log_prob, normalise=normalise) for normalise in ("none", "softmax")),
+    "Your model ignores src_valid_lens: the source's padding must get no attention.":
+        partial(_wrong_log_prob, source_lens=False),
 }
 
 
