@@ -13,11 +13,11 @@ from torch import nn
 import d2lhelpers as d2lh
 from checks_common import CheckTests, attention_weights
 from d2lhelpers import exercises
-from d2lhelpers.exercises import checks_positional_encoding
-from d2lhelpers.exercises import ExerciseCheckFailed
+from d2lhelpers.exercises import ExerciseCheckFailed, checks_positional_encoding
 from d2lhelpers.exercises.checks_positional_encoding import (_offset_attention,
                                                              _ReferenceRelativeAttention,
-                                                             _relative_self_attention, _shift_matrix)
+                                                             _relative_self_attention,
+                                                             _shift_matrix)
 
 
 def sinusoidal_table(max_len, d, exponent=2, layout="interleave", first=torch.sin,

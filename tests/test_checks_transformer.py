@@ -16,17 +16,19 @@ from d2lhelpers.exercises import checks_transformer
 
 
 def multiply_adds(d_model, num_heads, ffn_hidden, num_layers, vocab_size, T_src, T_tgt,
-                  heads=False, causal=False, cross_kv="source", cross_queries="target", w_o=True,
-                  ffn=("source", "target"), ffn_layers=2, blocks=None, output=1):
+                  heads=False, causal=False, cross_kv="source", cross_queries="target",
+                  cross_pairs=None, w_o=True, ffn=("source", "target"), ffn_layers=2, blocks=None,
+                  output=1):
     """Notebook 06's count, layer by layer and head by head; each argument names a mistake."""
     d, d_k = d_model, d_model // num_heads
 
     def linear(d_in, d_out, positions):
         return d_in * d_out * positions
 
-    def attention(T_q, T_k, causal_pairs=False):
+    def attention(T_q, T_k, causal_pairs=False, pairs=None):
         projections = (2 if w_o else 1) * linear(d, d, T_q) + 2 * linear(d, d, T_k)
-        pairs = T_q * (T_q + 1) // 2 if causal_pairs else T_q * T_k
+        if pairs is None:
+            pairs = T_q * (T_q + 1) // 2 if causal_pairs else T_q * T_k
         per_head = pairs * (d if heads else d_k)  # heads=True: each head at full width
         return projections + 2 * num_heads * per_head
 
@@ -38,7 +40,8 @@ def multiply_adds(d_model, num_heads, ffn_hidden, num_layers, vocab_size, T_src,
         encoder += attention(T_src, T_src)
         decoder += attention(T_tgt, T_tgt, causal)
         T_q = T_tgt if cross_queries == "target" else T_src
-        cross += attention(T_q, {"source": T_src, "target": T_tgt}[cross_kv])
+        cross += attention(T_q, {"source": T_src, "target": T_tgt}[cross_kv],
+                           pairs=None if cross_pairs is None else T_tgt * T_tgt)
         ffns += sum(feed_forward({"source": T_src, "target": T_tgt}[s]) for s in ffn)
     return encoder, decoder, cross, ffns, output * linear(d, vocab_size, T_tgt)
 
@@ -110,13 +113,12 @@ CHECKS = {
         "the causal mask halves the decoder's scores": (lambda *s: multiply_adds(*s, causal=True),
                                                         "result 1 of the tuple", "causal mask"),
         "keys and values from the decoder": (lambda *s: multiply_adds(*s, cross_kv="target"),
-                                             "result 2 of the tuple", "keys and values from the decoder's"),
+                                             "result 2 of the tuple",
+                                             "keys and values from the decoder's"),
         "queries from the encoder": (lambda *s: multiply_adds(*s, cross_queries="source"),
                                      "result 2 of the tuple", "scores the wrong pairs"),
-        "T_tgt x T_tgt pairs": (lambda *s: tuple(
-            n - (2 * s[3] * s[0] * s[6] * (s[5] - s[6]) if i == 2 else 0)  # N d T_tgt (T_src - T_tgt)
-            for i, n in enumerate(multiply_adds(*s))), "result 2 of the tuple",
-                                "scores the wrong pairs"),
+        "T_tgt x T_tgt pairs": (lambda *s: multiply_adds(*s, cross_pairs="T_tgt^2"),
+                                "result 2 of the tuple", "scores the wrong pairs"),
         "no W_o": (lambda *s: multiply_adds(*s, w_o=False), "result 0 of the tuple",
                    "three projections"),
         "one FFN matrix": (lambda *s: multiply_adds(*s, ffn_layers=1), "result 3 of the tuple",

@@ -58,8 +58,9 @@ _MULTIPLY_ADDS_MISTAKES = {
     "Your attention grows with the number of heads: h heads of width d_model/h compute their "
     "scores and weighted sums with T_q T_k d_model multiply-adds together, as one full-width "
     "head would.": partial(_multiply_adds, heads="multiply"),
-    "Your decoder's self-attention counts only the pairs the causal mask lets through: the "
-    "scores of the future keys are computed too, then masked; the mask saves no multiply-adds.":
+    "Your decoder's self-attention counts only the pairs the causal mask lets through: this "
+    "code computes the scores of the future keys too, then masks them; the mask saves no "
+    "multiply-adds (fused kernels can skip whole blocks of them, at most half).":
         partial(_multiply_adds, causal="half with the diagonal"),
     "Your encoder-decoder attention takes its keys and values from the decoder's T_tgt "
     "positions: they come from the encoder's T_src outputs.": (
