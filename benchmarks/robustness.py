@@ -147,6 +147,8 @@ WATCHED: dict[str, dict[str, str]] = {
             "(variants['random offset'] - variants['random lengths']).min()",
         "random lengths minus fixed length, 16-63: |mean| (< 0.1)":
             "abs(changes['random lengths'].mean())",
+        "exercise 1: causal self-attention, shuffled vs in order: largest difference (> 1e-3)":
+            "gap",
     },
     "06_transformer": {
         "post-norm stream: largest |std - 1| (< 0.01)": "(post_stds - 1).abs().max()",
@@ -156,6 +158,13 @@ WATCHED: dict[str, dict[str, str]] = {
         "scaled embedding: |std - 1| (< 0.05)": "abs((table * math.sqrt(16)).std() - 1)",
         "W_q = W_k: share of tokens whose top score is their own (> 0.5)": "shared_self",
         "separate: share of tokens whose top score is their own (< 0.25)": "separate_self",
+        "exercise 2: std of a default FFN's output (0.15 .. 0.4)": "ffn_std",
+        "exercise 2: pre-norm at layer 24, default / unit-scale FFNs (< 0.5)":
+            "default_pre[-1] / pre_stds[-1]",
+        "exercise 2: pre-norm, largest relative gap to sqrt(1 + s^2 l) (< 0.15)":
+            "((default_pre - torch.sqrt(1 + ffn_std ** 2 * layer)).abs()"
+            " / torch.sqrt(1 + ffn_std ** 2 * layer)).max()",
+        "exercise 2: post-norm, largest |std - 1| (< 0.01)": "(default_post - 1).abs().max()",
     },
     "07_translation": {
         "padding share, padded to 10 (> 0.4)": "plain_padding",

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from torch import nn
 
 import d2lhelpers as d2lh
 from checks_common import CheckTests, attention_weights
 from d2lhelpers import exercises
-from d2lhelpers.exercises import checks_positional_encoding
-from d2lhelpers.exercises.checks_positional_encoding import (_ReferenceRelativeAttention,
-                                                             _relative_self_attention)
-from d2lhelpers.exercises.checks_positional_encoding import _shift_matrix as shift_matrix_reference
+from d2lhelpers.exercises import ExerciseCheckFailed, checks_positional_encoding
+from d2lhelpers.exercises.checks_positional_encoding import (_offset_attention,
+                                                             _ReferenceRelativeAttention,
+                                                             _relative_self_attention,
+                                                             _shift_matrix)
 
 
 def sinusoidal_table(max_len, d, exponent=2, layout="interleave", first=torch.sin,
@@ -57,22 +59,51 @@ def even_only_table(max_len, d):  # the notebook's section 3 code, which needs a
     return P
 
 
-def shift_matrix(delta, d, sign=1, exponent=2, angle_of=lambda delta, omega: delta * omega):
-    M = torch.zeros(d, d, dtype=torch.float64)
-    for j in range(d // 2):
-        angle = torch.tensor(angle_of(delta, 1 / 10000 ** (exponent * j / d)), dtype=torch.float64)
-        c, s = torch.cos(angle), sign * torch.sin(angle)
-        block = torch.stack([torch.stack([c, s]), torch.stack([-s, c])])  # (2, 2)
-        M[2 * j: 2 * j + 2, 2 * j: 2 * j + 2] = block
-    return M
+def offset_attention(P, delta, beta, turn=1, rotate="keys", scale="beta", dim=-1, mask=False):
+    """Notebook 05's head that attends by offset, right by default; each argument names a
+    mistake. Each pair (p_2j, p_2j+1) = (sin, cos) of the angle (position * omega_j) is the complex
+    number exp(i * angle), and a shift by delta multiplies it by exp(i * delta * omega_j)."""
+    T, d = P.shape
+    omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    z = torch.complex(P[:, 1::2], P[:, 0::2])  # (T, d/2): cos + i sin
+    turned = z * torch.exp(1j * turn * delta * omega)  # one position later for each unit of delta
+    turned = torch.stack([turned.imag, turned.real], dim=-1).flatten(1)  # back to (T, d)
+    queries, keys = {"keys": (P, turned), "queries": (turned, P), "both": (turned, turned),
+                     "none": (P, P)}[rotate]
+    factor = {"beta": beta, "sqrt": beta / math.sqrt(d), "none": 1.0}[scale]
+    scores = factor * queries @ keys.T
+    if mask:
+        scores = scores + torch.full((T, T), -math.inf, dtype=scores.dtype).triu(1)
+    return torch.softmax(scores, dim=dim)
 
 
-def overlapping_blocks(delta, d):
-    """Block j written at rows and columns j, j+1 instead of 2j, 2j+1: the blocks overlap."""
-    M, right = torch.zeros(d, d, dtype=torch.float64), shift_matrix(delta, d)
-    for j in range(d // 2):
-        M[j:j + 2, j:j + 2] = right[2 * j:2 * j + 2, 2 * j:2 * j + 2]
-    return M
+def encodings(positions, d):
+    """The sinusoidal encodings of ``positions`` (any integers), float64, by the formula."""
+    angle = positions[:, None].double() / 10000 ** (torch.arange(0, d, 2).double() / d)
+    P = torch.zeros(len(positions), d, dtype=torch.float64)
+    P[:, 0::2], P[:, 1::2] = torch.sin(angle), torch.cos(angle)
+    return P
+
+
+def keys_then_weights(keys_of):
+    """The head with keys keys_of(P, delta) instead of the rotated rows."""
+    def weights(P, delta, beta):
+        return torch.softmax(beta * P @ keys_of(P, delta).T, dim=-1)
+    return weights
+
+
+def turned_pairs(angle_of):
+    """The head with pair j of every key turned by angle_of(delta, omega_j), pair by pair."""
+    def weights(P, delta, beta):
+        T, d = P.shape
+        keys = torch.empty_like(P)
+        for j in range(d // 2):
+            a = torch.tensor(angle_of(delta, 1 / 10000 ** (2 * j / d)), dtype=torch.float64)
+            s, c = P[:, 2 * j], P[:, 2 * j + 1]  # sin and cos of the angle of each row
+            keys[:, 2 * j] = s * torch.cos(a) + c * torch.sin(a)
+            keys[:, 2 * j + 1] = c * torch.cos(a) - s * torch.sin(a)
+        return torch.softmax(beta * P @ keys.T, dim=-1)
+    return weights
 
 
 def relative_self_attention(sign=1, clip=True, bias_at="scores", scale_bias=False, mask=True,
@@ -156,31 +187,39 @@ CHECKS = {
         "an odd width rounded up to whole pairs": (whole_pairs_table, "an odd width",
                                                    "d + 1 columns"),
     }),
-    "check_shift_matrix": (shift_matrix, {
-        "rotation transposed (shifts back)": (
-            lambda delta, d: shift_matrix(delta, d, sign=-1), "differ", "rotate the other way"),
-        "frequency exponent j/d": (
-            lambda delta, d: shift_matrix(delta, d, exponent=1), "differ", "exponent j/d"),
-        "frequency exponent 4j/d": (
-            lambda delta, d: shift_matrix(delta, d, exponent=4), "differ", "exponent 4j/d"),
-        "frequencies inverted": (
-            lambda delta, d: shift_matrix(delta, d, exponent=-2), "differ", "grow with j"),
-        "delta forgotten": (lambda delta, d: shift_matrix(delta, d, angle_of=lambda dl, w: w),
-                            "differ", "omega_j alone"),
-        "omega forgotten": (lambda delta, d: shift_matrix(delta, d, angle_of=lambda dl, w: dl),
-                            "differ", "all turn by delta"),
-        "|delta|": (lambda delta, d: shift_matrix(abs(delta), d), "a negative offset",
-                    "sign of delta"),
-        "blocks placed at [j, j], overlapping": (overlapping_blocks, "differ", None),
-        "entries between the pairs": (
-            lambda delta, d: shift_matrix(delta, d) + 0.1 * (torch.arange(d)[:, None] // 2
-                                                             != torch.arange(d)[None, :] // 2),
-            "differ", "outside the 2x2 blocks"),
-        "the identity": (lambda delta, d: torch.eye(d), "differ", None),
-        "the blocks, not the matrix": (
-            lambda delta, d: torch.stack([shift_matrix(delta, d)[2 * j:2 * j + 2, 2 * j:2 * j + 2]
-                                          for j in range(d // 2)]), "expected shape",
-            "You return the blocks"),
+    "check_offset_attention": (offset_attention, {
+        "rotated back": (lambda P, dl, b: offset_attention(P, dl, b, turn=-1), "differ",
+                         "looks delta positions ahead"),
+        "the queries rotated": (lambda P, dl, b: offset_attention(P, dl, b, rotate="queries"),
+                                "differ", "looks delta positions ahead"),
+        "both rotated": (lambda P, dl, b: offset_attention(P, dl, b, rotate="both"), "differ",
+                         "looks at its own position"),
+        "no rotation at all": (lambda P, dl, b: offset_attention(P, dl, b, rotate="none"),
+                               "differ", "looks at its own position"),
+        "rows rolled": (keys_then_weights(lambda P, dl: P.roll(-dl, dims=0)), "differ",
+                        "rows of P moved"),
+        "rows shifted, zeros past the end": (
+            keys_then_weights(lambda P, dl: nn.functional.pad(P, (0, 0, 0, max(dl, 0)))[dl:]
+                              if dl >= 0 else nn.functional.pad(P, (0, 0, -dl, 0))[:dl]),
+            "differ", "rows of P moved"),
+        "the table at j + delta from 0": (
+            keys_then_weights(lambda P, dl: encodings(torch.arange(P.shape[0]) + dl, P.shape[1])),
+            "positions not from 0", "counted from 0"),
+        "exponent j/d": (turned_pairs(lambda dl, w: dl * w ** 0.5), "differ", "another frequency"),
+        "delta forgotten": (turned_pairs(lambda dl, w: w), "differ", "whatever delta"),
+        "omega forgotten": (turned_pairs(lambda dl, w: dl), "differ", "every pair by delta"),
+        "scaled by sqrt(d)": (lambda P, dl, b: offset_attention(P, dl, b, scale="sqrt"), "differ",
+                              "divided by sqrt(d)"),
+        "beta forgotten": (lambda P, dl, b: offset_attention(P, dl, b, scale="none"), "differ",
+                           "ignore beta"),
+        "softmax over the queries": (lambda P, dl, b: offset_attention(P, dl, b, dim=0),
+                                     "differ", "over the queries"),
+        "a causal mask": (lambda P, dl, b: offset_attention(P, dl, b, mask=True), "differ",
+                          "causal mask"),
+        "the weights transposed": (lambda P, dl, b: offset_attention(P, dl, b).T, "differ",
+                                   "~last two axes swapped"),
+        "exp of the scores, not normalised": (
+            lambda P, dl, b: torch.exp(b * P @ P.T - b * P.shape[1] / 2), "differ", None),
     }),
     # The learner's class is the answer: the check builds it and copies seeded weights into it.
     "check_relative_self_attention": (relative_self_attention(), {
@@ -233,19 +272,29 @@ class TestChecks(CheckTests):
 
 
 def test_float32_answers_pass_where_float32_is_enough(capsys):
-    exercises.check_shift_matrix(lambda delta, d: shift_matrix(delta, d).float())
     exercises.check_sinusoidal_table(lambda max_len, d: sinusoidal_table(max_len, d).float())
-    assert capsys.readouterr().out.count("Correct: ") == 2
+    assert capsys.readouterr().out.count("Correct: ") == 1
 
 
-def test_reference_of_the_shift_matrix_agrees_with_the_package():
-    # the shift matrix maps every row of the package's table to the row delta further
+def test_offset_attention_wants_float64_like_its_input():
+    with pytest.raises(ExerciseCheckFailed, match="float64"):
+        exercises.check_offset_attention(lambda P, dl, b: offset_attention(P, dl, b).float())
+
+
+def test_reference_of_the_offset_head_is_the_definition():
+    # the shift matrix maps every row of the package's table to the row delta further, and the
+    # head's key of position j is the encoding of position j + delta, also past the table
     P = d2lh.PositionalEncoding(16, max_len=40).P[0].double()
     for delta in (-3, 0, 5):
-        M = shift_matrix_reference(delta, 16)
+        M = _shift_matrix(delta, 16)
         rows = range(max(0, -delta), 40 - max(0, delta))
-        shifted = P[[i + delta for i in rows]]
-        torch.testing.assert_close(P[list(rows)] @ M.T, shifted, atol=1e-6, rtol=0)
+        torch.testing.assert_close(P[list(rows)] @ M.T, P[[i + delta for i in rows]], atol=1e-6,
+                                   rtol=0)
+        start = 100
+        P_far = encodings(torch.arange(start, start + 12), 16)
+        keys = encodings(torch.arange(start + delta, start + 12 + delta), 16)
+        torch.testing.assert_close(_offset_attention(P_far, delta, 2.0),
+                                   torch.softmax(2.0 * P_far @ keys.T, dim=-1))
 
 
 def test_reference_of_the_relative_bias_is_the_definition():

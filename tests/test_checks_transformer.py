@@ -1,32 +1,53 @@
 """The checks of notebook 06_transformer (d2lhelpers/exercises/checks_transformer.py): right and
-plausible wrong answers (see checks_common.py); the cached decoder-block step written from the
-block's parts, each flag a mistake."""
+plausible wrong answers (see checks_common.py); the multiply-adds counted layer by layer, and the
+cached decoder-block step written from the block's parts, each flag a mistake; the count's
+reference against what FlopCounterMode counts on d2lh.Transformer."""
 
 from __future__ import annotations
 
 import math
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 import d2lhelpers as d2lh
 from checks_common import CheckTests
 from d2lhelpers.exercises import checks_transformer
 
 
-def layer_norm(X, eps=1e-5, dim=-1, unbiased=False, eps_inside=True, centre=True):
-    mean = X.mean(dim=dim, keepdim=True)
-    var = X.var(dim=dim, unbiased=unbiased, keepdim=True)
-    centred = X - mean if centre else X
-    if eps_inside:
-        return centred / torch.sqrt(var + eps)
-    return centred / (torch.sqrt(var) + eps)
+def multiply_adds(d_model, num_heads, ffn_hidden, num_layers, vocab_size, T_src, T_tgt,
+                  heads=False, causal=False, cross_kv="source", cross_queries="target",
+                  cross_pairs=None, w_o=True, ffn=("source", "target"), ffn_layers=2, blocks=None,
+                  output=1):
+    """Notebook 06's count, layer by layer and head by head; each argument names a mistake."""
+    d, d_k = d_model, d_model // num_heads
+
+    def linear(d_in, d_out, positions):
+        return d_in * d_out * positions
+
+    def attention(T_q, T_k, causal_pairs=False, pairs=None):
+        projections = (2 if w_o else 1) * linear(d, d, T_q) + 2 * linear(d, d, T_k)
+        if pairs is None:
+            pairs = T_q * (T_q + 1) // 2 if causal_pairs else T_q * T_k
+        per_head = pairs * (d if heads else d_k)  # heads=True: each head at full width
+        return projections + 2 * num_heads * per_head
+
+    def feed_forward(T):
+        return linear(d, ffn_hidden, T) + (ffn_layers - 1) * linear(ffn_hidden, d, T)
+
+    encoder = decoder = cross = ffns = 0
+    for _ in range(num_layers if blocks is None else blocks):
+        encoder += attention(T_src, T_src)
+        decoder += attention(T_tgt, T_tgt, causal)
+        T_q = T_tgt if cross_queries == "target" else T_src
+        cross += attention(T_q, {"source": T_src, "target": T_tgt}[cross_kv],
+                           pairs=None if cross_pairs is None else T_tgt * T_tgt)
+        ffns += sum(feed_forward({"source": T_src, "target": T_tgt}[s]) for s in ffn)
+    return encoder, decoder, cross, ffns, output * linear(d, vocab_size, T_tgt)
 
 
-def causal_additive_mask(T, offset=1, lower=False):
-    M = torch.zeros(T, T)
-    future = torch.ones(T, T, dtype=torch.bool)  # (T_q, T_k)
-    future = future.tril(diagonal=-offset) if lower else future.triu(diagonal=offset)
-    return M.masked_fill(future, -math.inf)
+def scaled(factor, **mistake):
+    return lambda *sizes: tuple(factor * n for n in multiply_adds(*sizes, **mistake))
 
 
 def attend(attention, x, keys, values, valid_lens):
@@ -96,57 +117,35 @@ def cached_block_step(post_norm_only=False, append=True, offset=True, causal=Tru
 
 
 CHECKS = {
-    "check_layer_norm": (layer_norm, {
-        "unbiased variance": (
-            lambda X, eps: layer_norm(X, eps, unbiased=True), "the worked example", "unbiased"),
-        "torch.std and eps outside": (
-            lambda X, eps: (X - X.mean(-1, keepdim=True)) / (X.std(-1, keepdim=True) + eps),
-            "the worked example", "unbiased"),
-        "normalised over the first axis": (
-            lambda X, eps: layer_norm(X, eps, dim=0), "the worked example", "first axis"),
-        "normalised over axis 1": (lambda X, eps: layer_norm(X, eps, dim=1), "3-D input",
-                                   "axis 1"),
-        "statistics over the whole tensor": (
-            lambda X, eps: (X - X.mean()) / torch.sqrt(X.var(unbiased=False) + eps),
-            "the worked example", "whole tensor"),
-        "eps outside the square root": (
-            lambda X, eps: layer_norm(X, eps, eps_inside=False), "eps matters", "outside"),
-        "eps missing": (
-            lambda X, eps: layer_norm(X, 0.0), "the result holds NaN", "eps is missing"),
-        "over the last two axes": (
-            lambda X, eps: (X - X.mean((-2, -1), keepdim=True))
-            / (X.var((-2, -1), unbiased=False, keepdim=True) + eps).sqrt(), "the worked example",
-            "whole tensor"),
-        "not centred": (lambda X, eps: layer_norm(X, eps, centre=False), "the worked example",
-                        "not centred"),
-        "divided by the variance": (
-            lambda X, eps: (X - X.mean(-1, keepdim=True)) / (X.var(-1, False, keepdim=True) + eps),
-            "the worked example", "divided by the variance"),
-        "with a learned scale of 2": (lambda X, eps: 2 * layer_norm(X, eps), "differ",
-                                      "~times a constant (2 here)"),
-        "the square of the right result": (lambda X, eps: layer_norm(X, eps) ** 2, "differ", None),
-    }),
-    "check_causal_additive_mask": (causal_additive_mask, {
-        "diagonal masked too": (
-            lambda T: causal_additive_mask(T, offset=0), "on input a single position, T=1",
-            "diagonal too"),
-        "transposed: the past masked": (
-            lambda T: causal_additive_mask(T, lower=True), "at index (0, 1): expected -inf, got 0",
-            "hides the past"),
-        "a boolean mask": (
-            lambda T: torch.ones(T, T, dtype=torch.bool).triu(diagonal=1), "raised TypeError",
-            "boolean"),
-        "a boolean mask of what is seen": (
-            lambda T: torch.ones(T, T, dtype=torch.bool).tril(), "raised TypeError", "boolean"),
-        "1 instead of -inf": (
-            lambda T: torch.ones(T, T).triu(diagonal=1), "differ", "holds 1"),
-        "-1e9 instead of -inf": (lambda T: torch.full((T, T), -1e9).triu(diagonal=1), "differ",
-                                 "large negative"),
-        "inverted": (lambda T: causal_additive_mask(T, offset=0, lower=True), "differ",
-                     "inverted"),
-        "a 0/1 mask times -inf": (lambda T: torch.ones(T, T).triu(1) * -math.inf, "NaN",
-                                  "holds NaN"),
-        "every key hidden": (lambda T: torch.full((T, T), -math.inf), "on input", None),
+    "check_transformer_multiply_adds": (multiply_adds, {
+        "FLOPs": (scaled(2), "result 0 of the tuple", "two per multiply-add"),
+        "every head at full width": (lambda *s: multiply_adds(*s, heads=True),
+                                     "the notebook's tiny model", "number of heads"),
+        "the causal mask halves the decoder's scores": (lambda *s: multiply_adds(*s, causal=True),
+                                                        "result 1 of the tuple", "causal mask"),
+        "keys and values from the decoder": (lambda *s: multiply_adds(*s, cross_kv="target"),
+                                             "result 2 of the tuple",
+                                             "keys and values from the decoder's"),
+        "queries from the encoder": (lambda *s: multiply_adds(*s, cross_queries="source"),
+                                     "result 2 of the tuple", "scores the wrong pairs"),
+        "T_tgt x T_tgt pairs": (lambda *s: multiply_adds(*s, cross_pairs="T_tgt^2"),
+                                "result 2 of the tuple", "scores the wrong pairs"),
+        "no W_o": (lambda *s: multiply_adds(*s, w_o=False), "result 0 of the tuple",
+                   "three projections"),
+        "one FFN matrix": (lambda *s: multiply_adds(*s, ffn_layers=1), "result 3 of the tuple",
+                           "one of their two matrices"),
+        "FFNs of the decoder only": (lambda *s: multiply_adds(*s, ffn=("target",)),
+                                     "result 3 of the tuple", "one stack"),
+        "one block per stack": (lambda *s: multiply_adds(*s, blocks=1), "result 0 of the tuple",
+                                "one block per stack"),
+        "no output layer": (lambda *s: multiply_adds(*s, output=0), "result 4 of the tuple",
+                            "leaves out the output layer"),
+        "output layer in every block": (
+            lambda *s: multiply_adds(*s, output=s[3]), "result 4 of the tuple", "once per block"),
+        "a dict": (lambda *s: dict(zip(checks_transformer.PARTS, multiply_adds(*s))),
+                   "expected a tuple", None),
+        "the embeddings counted as products": (
+            lambda *s: multiply_adds(*s, output=2), "result 4 of the tuple", None),
     }),
     "check_cached_block_step": (cached_block_step(), {
         "post-norm only (norm_first ignored)": (cached_block_step(post_norm_only=True),
@@ -186,3 +185,30 @@ CHECKS = {
 
 class TestChecks(CheckTests):
     CHECKS, MODULE = CHECKS, checks_transformer
+
+
+def test_reference_count_is_what_flop_counter_counts_on_the_transformer():
+    """Part by part, on the package's Transformer (the notebook's code), readable path. A block's
+    sublayers run inside its AddNorm modules, and the encoder-decoder attention's keys and values
+    are projected by the decoder's init_state, outside the blocks."""
+    for sizes in [(16, 4, 32, 2, 30, 7, 5), (12, 3, 20, 1, 9, 1, 6), (8, 1, 8, 3, 5, 9, 2)]:
+        d, h, f, N, V, T_src, T_tgt = sizes
+        model = d2lh.Transformer(7, V, d, h, f, N, dropout=0.0).eval()
+        src, dec_input = torch.randint(0, 7, (1, T_src)), torch.randint(0, V, (1, T_tgt))
+        with FlopCounterMode(display=False) as counter, torch.no_grad():
+            model(src, torch.tensor([T_src]), dec_input, need_weights=True)
+        flops = {name: sum(per_op.values()) // 2 for name, per_op in
+                 counter.get_flop_counts().items()}  # multiply-adds per module
+
+        def blocks(stack, part):
+            return sum(flops[f"Transformer.{stack}.blocks.{i}.{part}"] for i in range(N))
+
+        decoder_blocks = sum(blocks("decoder", f"add_norm{i}") for i in (1, 2, 3))
+        cross_keys_values = flops["Transformer.decoder"] - decoder_blocks - flops[
+            "Transformer.decoder.output"]
+        parts = (blocks("encoder", "add_norm1"), blocks("decoder", "add_norm1"),
+                 blocks("decoder", "add_norm2") + cross_keys_values,
+                 blocks("encoder", "ffn") + blocks("decoder", "ffn"),
+                 flops["Transformer.decoder.output"])
+        assert parts == checks_transformer._multiply_adds(*sizes)
+        assert counter.get_total_flops() == 2 * sum(parts)

@@ -46,10 +46,9 @@ from .checks_nadaraya_watson import check_laplace_pooling, check_loo_error
 from .checks_attention_scoring import check_multiplicative_scores, check_causal_lens
 from .checks_multihead_attention import (check_per_head_weights, check_to_torch_multihead,
                                          check_packed_self_attention)
-from .checks_positional_encoding import (check_sinusoidal_table, check_shift_matrix,
+from .checks_positional_encoding import (check_sinusoidal_table, check_offset_attention,
                                          check_relative_self_attention)
-from .checks_transformer import (check_cached_block_step, check_causal_additive_mask,
-                                 check_layer_norm)
+from .checks_transformer import check_transformer_multiply_adds, check_cached_block_step
 from .checks_translation import check_cached_greedy_decode, check_translation_log_prob
 from .checks_bahdanau_attention import check_gru_cell, check_luong_step
 from .checks_training_recipe import check_real_token_smoothing
@@ -74,10 +73,9 @@ __all__ = [
     "check_to_torch_multihead",
     "check_packed_self_attention",
     "check_sinusoidal_table",
-    "check_shift_matrix",
+    "check_offset_attention",
     "check_relative_self_attention",
-    "check_layer_norm",
-    "check_causal_additive_mask",
+    "check_transformer_multiply_adds",
     "check_cached_block_step",
     "check_cached_greedy_decode",
     "check_translation_log_prob",

@@ -1,5 +1,6 @@
 """The checks of notebook 05_self_attention_positional_encoding's coding exercises: the sinusoidal
-table for any width, the shift matrix M_delta, and self-attention with learned relative biases."""
+table for any width, a head that attends by offset through the shift matrix M_delta, and
+self-attention with learned relative biases."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from torch import nn
 
 from ..attention import masked_softmax, sequence_mask, valid_lens_to_mask
 from ..positional import PositionalEncoding
-from .cases import (MASK_KINDS, case_label, labelled, randn, random_choice, random_sizes,
-                    seeded_generator, size_text, valid_lens_case)
+from .cases import (MASK_KINDS, case_label, labelled, randn, random_choice, random_floats,
+                    random_sizes, seeded_generator, size_text, valid_lens_case)
 from .runner import Symptom, run_check
 
-__all__ = ['check_sinusoidal_table', 'check_shift_matrix', 'check_relative_self_attention']
+__all__ = ['check_sinusoidal_table', 'check_offset_attention', 'check_relative_self_attention']
 
 
 # The classic mistakes, each as the function that makes it ----------------------------------------
@@ -128,77 +129,129 @@ def check_sinusoidal_table(fn: Callable, seed: int = 0, hint: int = 1, *,
               hint=hint, mistakes=_SINUSOIDAL_TABLE_MISTAKES, verbose=verbose)
 
 
-def _shift_matrix(delta: int, d: int) -> torch.Tensor:
-    """M_delta (d, d), float64: block j rotates by delta * omega_j, so that p_{i+delta} = M p_i."""
-    omega = 1 / 10000 ** (torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,)
-    cos, sin = torch.cos(delta * omega), torch.sin(delta * omega)
-    rows = (torch.stack([cos, sin], -1), torch.stack([-sin, cos], -1))  # (d/2, 2) each
-    blocks = torch.stack(rows, -2)  # (d/2, 2, 2): row 0 of block j, then row 1
-    return torch.block_diag(*blocks)
-
-
-def _wrong_shift_matrix(delta, d, turn=1, exponent="2j", angle="delta omega", offset=None):
-    """M_delta, right by default; each other value of an argument is a classic mistake. turn -1
-    rotates the other way (M_-delta, the transpose); angle: "omega" forgets delta, "delta" forgets
-    omega."""
-    delta = delta if offset is None else offset(delta)
+def _shift_matrix(delta, d, exponent="2j", angle="delta omega"):
+    """M_delta (d, d), float64, right by default: block j rotates by delta * omega_j, so that
+    p_{i+delta} = M p_i. Each other value of an argument is a classic mistake: exponent (see
+    :func:`_omega`); angle "omega" forgets delta, "delta" forgets omega."""
     omega = _omega(d, d // 2, exponent)
     theta = {"delta omega": delta * omega, "omega": omega,
              "delta": torch.full_like(omega, float(delta))}[angle]
-    cos, sin = torch.cos(theta), turn * torch.sin(theta)
+    cos, sin = torch.cos(theta), torch.sin(theta)
     blocks = torch.stack([torch.stack([cos, sin], -1), torch.stack([-sin, cos], -1)], -2)
     return torch.block_diag(*blocks)  # (d, d)
 
 
-def _not_in_pairs(M, delta, d) -> bool:
-    """Whether a (d, d) matrix has entries outside the 2x2 blocks of the pairs of columns."""
-    M = torch.as_tensor(M)
-    pairs = torch.arange(d) // 2
-    outside = pairs[:, None] != pairs[None, :]
-    return tuple(M.shape) == (d, d) and bool((M[outside].abs() > 1e-6).any())
+def _table_at(positions: torch.Tensor, d: int) -> torch.Tensor:
+    """The sinusoidal encodings (len(positions), d), float64, of any positions (negative
+    included), d even."""
+    angles = positions.double()[:, None] * _omega(d, d // 2)  # (T, d/2)
+    return torch.stack([torch.sin(angles), torch.cos(angles)], -1).flatten(1)  # interleaved
 
 
-_SHIFT_MATRIX_MISTAKES = {
-    "You return the blocks, (d/2, 2, 2): M_delta places them on the diagonal of a (d, d) "
-    "matrix.": Symptom(lambda M, delta, d: tuple(torch.as_tensor(M).shape) == (d // 2, 2, 2)),
-    "Your matrix has entries outside the 2x2 blocks of the pairs (columns 2j and 2j+1): M_delta "
-    "is block diagonal, one rotation per pair.": Symptom(_not_in_pairs),
-    "Your blocks rotate the other way, shifting back by delta: check the signs of the sines "
-    "against p_(i+delta) = M p_i.": partial(_wrong_shift_matrix, turn=-1),
-    "Your frequencies use the exponent j/d: block j turns by delta * omega_j, omega_j = 1 / "
-    "10000^(2j/d).": partial(_wrong_shift_matrix, exponent="j"),
-    "Your frequencies use the exponent 4j/d: block j uses 2j/d; did you double an index that is "
-    "already 2j?": partial(_wrong_shift_matrix, exponent="4j"),
-    "Your frequencies grow with j (10000^(2j/d)): omega_j = 1 / 10000^(2j/d) falls from 1.":
-        partial(_wrong_shift_matrix, exponent="-2j"),
-    "Your blocks turn by omega_j alone: the angle of a shift by delta is delta * omega_j.":
-        partial(_wrong_shift_matrix, angle="omega"),
-    "Your blocks all turn by delta: block j turns by delta * omega_j, each at its own frequency.":
-        partial(_wrong_shift_matrix, angle="delta"),
-    "Your matrix ignores the sign of delta: a negative offset shifts back.":
-        partial(_wrong_shift_matrix, offset=abs),
+def _moved_rows(P, delta, how):
+    """Row j of P moved to row j - delta, as a learner may shift the table instead of rotating
+    it; the rows that fall off the table are wrapped around ("roll"), the last or first row
+    repeated ("clamp"), or zeros ("zeros")."""
+    T = P.shape[0]
+    if how == "roll":
+        return torch.roll(P, -delta, dims=0)
+    index = torch.arange(T) + delta  # row j wants the row of position j + delta
+    if how == "clamp":
+        return P[index.clamp(0, T - 1)]
+    inside = (index >= 0) & (index < T)
+    return torch.where(inside[:, None], P[index.clamp(0, T - 1)], torch.zeros_like(P))
+
+
+def _offset_attention(P, delta, beta, exponent="2j", angle="delta omega", rotate="keys",
+                      keys_from="rotation", scale="beta", axis=-1, causal=False):
+    """The weights (T, T) of the exercise's head, right by default; each other value of an
+    argument is a classic mistake. rotate: which of queries and keys M_delta turns ("queries"
+    or "back": the head looks ahead; "both": it looks at itself); keys_from: "rotation" (right),
+    rows of P moved ("roll", "clamp", "zeros"), or the table recomputed at positions j + delta
+    counted from 0 ("from 0")."""
+    T, d = P.shape
+    M = _shift_matrix(delta, d, exponent, angle)  # (d, d): p_j -> p_(j+delta)
+    queries, keys = P, P @ M.T  # row j of the keys: p_(j+delta)
+    if rotate == "queries":
+        queries, keys = P @ M.T, P
+    elif rotate == "back":
+        keys = P @ M  # M_-delta: row j becomes p_(j-delta)
+    elif rotate == "both":
+        queries = P @ M.T
+    if keys_from == "from 0":
+        keys = _table_at(torch.arange(T) + delta, d)
+    elif keys_from != "rotation":
+        keys = _moved_rows(P, delta, keys_from)
+    factor = {"beta": beta, "beta / sqrt(d)": beta / math.sqrt(d), "none": 1.0}[scale]
+    scores = factor * queries @ keys.T  # (T, T): query i against key j
+    if causal:
+        future = torch.ones(T, T, dtype=torch.bool).triu(diagonal=1)
+        scores = scores.masked_fill(future, -math.inf)
+    return torch.softmax(scores, dim=axis)
+
+
+_OFFSET_ATTENTION_MISTAKES = {
+    "Your head looks delta positions ahead (its weights peak at key i + delta): the key of "
+    "position j must be p_(j+delta), which the query of position j + delta matches; check the "
+    "direction of the rotation, and that it turns the keys, not the queries.": (
+        partial(_offset_attention, rotate="back"), partial(_offset_attention, rotate="queries")),
+    "Your head looks at its own position: only the keys are turned by M_delta (turning the "
+    "queries by the same rotation too leaves every dot product as it was).":
+        partial(_offset_attention, rotate="both"),
+    "Your keys are rows of P moved by delta: the keys of the last delta positions need the "
+    "encodings of positions past the table (before it, for a negative delta), which the rotation "
+    "M_delta p_j gives.": tuple(partial(_offset_attention, keys_from=how)
+                                for how in ("roll", "clamp", "zeros")),
+    "Your keys are the encodings of positions j + delta counted from 0: the rows of P stand for "
+    "T consecutive positions that need not start at 0; turn the given rows instead.":
+        partial(_offset_attention, keys_from="from 0"),
+    "Your rotation turns pair j at another frequency than omega_j = 1 / 10000^(2j/d): check the "
+    "exponent (2j/d, with j counting pairs) and its sign.": tuple(
+        partial(_offset_attention, exponent=e) for e in ("j", "4j", "-2j")),
+    "Your rotation turns by omega_j whatever delta: a shift by delta positions turns pair j by "
+    "delta * omega_j.": partial(_offset_attention, angle="omega"),
+    "Your rotation turns every pair by delta: pair j turns by delta * omega_j, each at its own "
+    "frequency.": partial(_offset_attention, angle="delta"),
+    "Your scores are divided by sqrt(d): this head's only scale is beta, score = beta * p_i . k_j.":
+        partial(_offset_attention, scale="beta / sqrt(d)"),
+    "Your scores ignore beta: it multiplies every score, and sets how sharply the head looks.":
+        partial(_offset_attention, scale="none"),
+    "Each column of your weights sums to 1, over the queries: each query's weights must sum to 1 "
+    "over the keys.": partial(_offset_attention, axis=0),
+    "Your weights are 0 above the diagonal (a causal mask): this head has no mask; the rotation "
+    "alone makes it look back.": partial(_offset_attention, causal=True),
 }
 
 
-def check_shift_matrix(fn: Callable, seed: int = 0, hint: int = 1, *,
-                       verbose: bool = False) -> None:
-    """fn(delta, d) -> M_delta (d, d) for an even width d: the block-diagonal matrix of the 2x2
-    rotations by delta * omega_j that maps every row p_i of the sinusoidal table to p_{i+delta}."""
+def check_offset_attention(fn: Callable, seed: int = 0, hint: int = 1, *,
+                           verbose: bool = False) -> None:
+    """fn(P, delta, beta) -> the weights (T, T), float64, of a head that attends by offset alone:
+    P (T, d), float64, d even, holds the sinusoidal encodings of T consecutive positions (not
+    necessarily from 0); the query of row i is beta * p_i, the key of row j is M_delta p_j =
+    p_(j+delta), and the weights are the softmax of the scores over the keys, with no mask."""
     generator = seeded_generator(seed)
-    fixed = [("", (1, 4)), ("delta = 0: the identity", (0, 6)), ("a negative offset", (-3, 8)),
-             ("the notebook's width", (25, 32)), ("one column pair", (2, 2))]
-    random = [("", (s["delta"], 2 * s["half_d"]))
-              for s in random_sizes(generator, 2, delta=(-20, 20), half_d=(1, 12))]
-    cases = labelled(fixed + random, lambda delta, d: f"delta={delta}, d={d}")
-    # float32 reference: a float32 answer is as right as a float64 one
-    run_check("shift_matrix", fn, cases, reference=lambda delta, d: _shift_matrix(delta, d).float(),
-              hints=("M_delta is block diagonal: one 2x2 rotation per pair of columns, each by "
-                     "its own angle. Check the angles and the signs of the sines.",
-                     "block j is [[cos(delta w_j), sin(delta w_j)], [-sin(delta w_j), cos(delta "
-                     "w_j)]] with w_j = 1 / 10000^(2j / d), placed on the diagonal "
-                     "(torch.block_diag); check that M @ p_i equals p_(i+delta) on the table of "
-                     "section 3."),
-              hint=hint, mistakes=_SHIFT_MATRIX_MISTAKES, verbose=verbose)
+    fixed = [("", (0, 6, 8, 1, 4.0)), ("positions not from 0", (17, 8, 8, 2, 3.0)),
+             ("a negative offset", (5, 7, 6, -3, 2.0)), ("delta = 0", (3, 5, 4, 0, 2.0)),
+             ("an offset longer than the sequence", (40, 4, 8, 6, 1.5)),
+             ("one column pair", (2, 5, 2, 1, 4.0)),
+             ("the notebook's width, far positions", (1000, 12, 32, 1, 8.0))]
+    random = [("", (s["start"], s["T"], 2 * s["half_d"], s["delta"], beta))
+              for s, beta in zip(random_sizes(generator, 2, start=(0, 300), T=(1, 16),
+                                              half_d=(1, 16), delta=(-8, 8)),
+                                 random_floats(generator, 2, low=0.5, scale=8.0))]
+    cases = [(case_label(what, f"P of positions {start}..{start + T - 1}, d={d}, delta={delta}, "
+                               f"beta={beta:g}"),
+              (_table_at(torch.arange(start, start + T), d), delta, beta))
+             for what, (start, T, d, delta, beta) in fixed + random]
+    run_check("offset_attention", fn, cases, reference=_offset_attention,
+              hints=("The key of position j must match the query of position j + delta. Which map "
+                     "of section 4 turns p_j into p_(j+delta), also past the last row of P, and "
+                     "which side does it turn: the keys or the queries?",
+                     "build M_delta = torch.block_diag of the rotations by delta * omega_j "
+                     "(omega_j = 1 / 10000^(2j/d)); keys = P @ M_delta.T (row j becomes "
+                     "p_(j+delta)); weights = softmax(beta * P @ keys.T) over the keys, the last "
+                     "axis; no mask and no sqrt(d)."),
+              hint=hint, mistakes=_OFFSET_ATTENTION_MISTAKES, verbose=verbose)
 
 
 class _ReferenceRelativeAttention(nn.Module):
@@ -443,5 +496,5 @@ def check_relative_self_attention(cls: type, seed: int = 0, hint: int = 1, *,
 
 
 MISTAKES = {"check_sinusoidal_table": _SINUSOIDAL_TABLE_MISTAKES,
-            "check_shift_matrix": _SHIFT_MATRIX_MISTAKES,
+            "check_offset_attention": _OFFSET_ATTENTION_MISTAKES,
             "check_relative_self_attention": _RELATIVE_SELF_ATTENTION_MISTAKES}  # for the tests

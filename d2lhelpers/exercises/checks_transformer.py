@@ -1,6 +1,5 @@
-"""The checks of notebook 06_transformer's coding exercises: layer normalisation, the additive
-causal mask, and a decoder block's cached step. (The Transformer itself is in
-d2lhelpers.transformer.)"""
+"""The checks of notebook 06_transformer's coding exercises: the multiply-adds of a forward pass,
+and a decoder block's cached step. (The Transformer itself is in d2lhelpers.transformer.)"""
 
 from __future__ import annotations
 
@@ -15,147 +14,113 @@ from ..attention import KVCache, causal_valid_lens
 from ..transformer import DecoderBlock
 from .cases import (case_label, feed_in_chunks, labelled, randint, randn, random_sizes,
                     seeded_generator, seeded_module)
-from .runner import Symptom, run_check
+from .runner import run_check
 
-__all__ = ['check_layer_norm', 'check_causal_additive_mask', 'check_cached_block_step']
+__all__ = ['check_transformer_multiply_adds', 'check_cached_block_step']
 
 
 # The classic mistakes, each as the function that makes it ----------------------------------------
 
-def _wrong_layer_norm(X, eps=1e-5, dims=(-1,), unbiased=False, eps_at="variance", centre=True,
-                      divide_by="std", variance_dims="as the mean's"):
-    """Layer normalisation, right by default; each other value of an argument is a mistake.
-    dims: the axes the statistics are taken over (None: all of them)."""
-    dims = tuple(range(X.dim())) if dims is None else dims
-    mean = X.mean(dim=dims, keepdim=True)
-    var_dims = dims if variance_dims == "as the mean's" else tuple(range(X.dim()))
-    if variance_dims == "the mean's over everything":  # the mean over all, the variance per vector
-        mean, var_dims = X.mean(), dims
-    var = X.var(dim=var_dims, unbiased=unbiased, keepdim=True)
-    centred = X - mean if centre else X
-    if divide_by == "variance":
-        return centred / (var + eps)
-    if eps_at == "std":
-        return centred / (var.sqrt() + eps)
-    return centred / (var + (eps if eps_at == "variance" else 0.0)).sqrt()
+PARTS = ("encoder self-attention", "decoder self-attention", "encoder-decoder attention", "FFNs",
+         "output layer")  # the parts of transformer_multiply_adds, in its order
 
 
-_LAYER_NORM_MISTAKES = {
-    "Your variance is the unbiased one (divided by d_model - 1): layer normalisation divides by "
-    "d_model.": (partial(_wrong_layer_norm, unbiased=True),
-                 partial(_wrong_layer_norm, unbiased=True, eps_at="std")),
-    "Your statistics are taken over the first axis (across the vectors): each vector is "
-    "normalised along its own last axis, d_model.": partial(_wrong_layer_norm, dims=(0,)),
-    "Your statistics are taken over axis 1: each vector is normalised along the last axis, "
-    "d_model, whatever the number of axes.": partial(_wrong_layer_norm, dims=(1,)),
-    "Your statistics are taken over more than the last axis (the whole tensor, or several axes): "
-    "each vector gets its own mean and variance, over its last axis.": (
-        partial(_wrong_layer_norm, dims=None), partial(_wrong_layer_norm, dims=(-2, -1)),
-        partial(_wrong_layer_norm, variance_dims="all"),
-        partial(_wrong_layer_norm, variance_dims="the mean's over everything")),
-    "Your eps is added outside the square root: it goes with the variance, sqrt(var + eps).":
-        partial(_wrong_layer_norm, eps_at="std"),
-    "Your eps is missing: on a constant vector the variance is 0, and eps keeps the division "
-    "finite.": partial(_wrong_layer_norm, eps_at="nowhere"),
-    "Your vectors are not centred: the mean is subtracted before dividing.":
-        partial(_wrong_layer_norm, centre=False),
-    "Your vectors are divided by the variance: layer normalisation divides by the standard "
-    "deviation, its square root.": partial(_wrong_layer_norm, divide_by="variance"),
+def _multiply_adds(d_model, num_heads, ffn_hidden, num_layers, vocab_size, T_src, T_tgt, *,
+                   heads="shared", causal="full", cross_kv="source", cross_queries="target",
+                   cross_pairs="T_tgt T_src",
+                   projections=4, ffn_matrices=2, ffn_stacks="both", layers=True, output="once",
+                   per="multiply-add"):
+    """The multiply-adds of one teacher-forced forward pass of the Transformer, for one source
+    sentence of T_src tokens and a decoder input of T_tgt tokens, split into PARTS; right by
+    default, each other value of an argument is a classic mistake."""
+    d, N = d_model, (num_layers if layers else 1)
+
+    def attention(T_q, T_kv, pairs):
+        # W_q (and W_o) on the queries' positions, W_k and W_v on the keys' positions, then the
+        # scores and the weighted sums: one dot product of width d_model per query-key pair each
+        count = (projections - 2) * T_q * d * d + 2 * T_kv * d * d
+        return count + 2 * pairs * d * (num_heads if heads == "multiply" else 1)
+
+    kv_length = T_src if cross_kv == "source" else T_tgt
+    pairs = {"T_tgt T_src": T_tgt * T_src, "T_tgt^2": T_tgt * T_tgt,
+             "T_src^2": T_src * T_src}[cross_pairs]
+    unmasked = {"full": T_tgt * T_tgt, "half with the diagonal": T_tgt * (T_tgt + 1) // 2}[causal]
+    ffn_positions = {"both": T_src + T_tgt, "target": T_tgt, "source": T_src}[ffn_stacks]
+    counts = (N * attention(T_src, T_src, T_src * T_src),
+              N * attention(T_tgt, T_tgt, unmasked),
+              N * attention(T_tgt if cross_queries == "target" else T_src, kv_length, pairs),
+              N * ffn_matrices * d * ffn_hidden * ffn_positions,
+              {"once": 1, "none": 0, "per block": N}[output] * T_tgt * d * vocab_size)
+    return tuple(2 * c if per == "FLOP" else c for c in counts)
+
+
+_MULTIPLY_ADDS_MISTAKES = {
+    "Your counts are FLOPs, two per multiply-add (what FlopCounterMode reports): the exercise "
+    "counts multiply-adds.": partial(_multiply_adds, per="FLOP"),
+    "Your attention grows with the number of heads: h heads of width d_model/h compute their "
+    "scores and weighted sums with T_q T_k d_model multiply-adds together, as one full-width "
+    "head would.": partial(_multiply_adds, heads="multiply"),
+    "Your decoder's self-attention counts only the pairs the causal mask lets through: this "
+    "code computes the scores of the future keys too, then masks them; the mask saves no "
+    "multiply-adds (fused kernels can skip whole blocks of them, at most half).":
+        partial(_multiply_adds, causal="half with the diagonal"),
+    "Your encoder-decoder attention takes its keys and values from the decoder's T_tgt "
+    "positions: they come from the encoder's T_src outputs.": (
+        partial(_multiply_adds, cross_kv="target"),
+        partial(_multiply_adds, cross_kv="target", cross_pairs="T_tgt^2")),
+    "Your encoder-decoder attention scores the wrong pairs: its T_tgt queries (the decoder) meet "
+    "T_src keys (the encoder).": (partial(_multiply_adds, cross_pairs="T_tgt^2"),
+                                  partial(_multiply_adds, cross_pairs="T_src^2"),
+                                  partial(_multiply_adds, cross_queries="source",
+                                          cross_pairs="T_src^2")),
+    "Your attention has three projections: W_o, which mixes the heads' outputs, is a fourth "
+    "d_model x d_model matrix.": partial(_multiply_adds, projections=3),
+    "Your FFNs count one of their two matrices: d_model -> ffn_hidden, then ffn_hidden -> "
+    "d_model.": partial(_multiply_adds, ffn_matrices=1),
+    "Your FFNs count one stack: every block of both stacks has an FFN, at every position.": (
+        partial(_multiply_adds, ffn_stacks="target"), partial(_multiply_adds, ffn_stacks="source")),
+    "Your count is that of one block per stack: each stack has num_layers blocks.":
+        partial(_multiply_adds, layers=False),
+    "Your count leaves out the output layer, which turns every target position into V scores.":
+        partial(_multiply_adds, output="none"),
+    "Your output layer is counted once per block: it runs once, after the last block.":
+        partial(_multiply_adds, output="per block"),
 }
 
 
-def check_layer_norm(fn: Callable, seed: int = 0, hint: int = 1, *,
-                     verbose: bool = False) -> None:
-    """fn(X, eps=1e-5) -> X normalised over its last axis (each token's vector, of width d_model):
-    (X - mean) / sqrt(var + eps), with the biased variance (dividing by d_model) and no learned
-    scale or shift. X has any shape (..., d_model); the result has X's shape and dtype."""
+def check_transformer_multiply_adds(fn: Callable, seed: int = 0, hint: int = 1, *,
+                                    verbose: bool = False) -> None:
+    """fn(d_model, num_heads, ffn_hidden, num_layers, vocab_size, T_src, T_tgt) -> the
+    multiply-adds of one forward pass of the Transformer (teacher forcing) on one source sentence
+    of T_src tokens and a decoder input of T_tgt tokens, as a tuple of five numbers (PARTS):
+    encoder self-attention, decoder self-attention, encoder-decoder attention (each summed over
+    the blocks), the FFNs of both stacks, the output layer. Matrix products only: one
+    multiply-add per weight per position (biases, softmax and LayerNorm not counted)."""
     generator = seeded_generator(seed)
-    fixed = [("the worked example [[1, 2], [2, 3]]",
-              (torch.tensor([[1.0, 2.0], [2.0, 3.0]]), 1e-5)),
-             ("a constant row and a nearly constant one (eps matters)",
-              (torch.tensor([[4.0, 4.0, 4.0], [0.001, 0.0, -0.001]]), 1e-5)),
-             ("a large eps", (randn(generator, 3, 4), 1.0)),
-             ("3-D input (B, T, d_model)", (randn(generator, 2, 3, 5), 1e-5)),
-             ("float64", (randn(generator, 4, 6, dtype=torch.float64), 1e-5))]
-    random = [("", (3 * randn(generator, s["B"], s["T"], s["d_model"]) + 2, 1e-5))  # not centred
-              for s in random_sizes(generator, 2, B=(1, 3), T=(1, 5), d_model=(2, 16))]
-    cases = labelled(fixed + random, lambda X, eps: f"X {tuple(X.shape)}, eps={eps:g}")
-    run_check("layer_norm", fn, cases,
-              reference=lambda X, eps: torch.nn.functional.layer_norm(X, X.shape[-1:], eps=eps),
-              hints=("Normalise each vector along its last axis. Which variance is it (divided by "
-                     "d_model or by d_model - 1), and where does eps go?",
-                     "take the mean and the variance over the last axis (dim=-1, keepdim=True), "
-                     "the variance biased (unbiased=False: divide by d_model, not d_model - 1); "
-                     "return (X - mean) / sqrt(var + eps), eps inside the square root."),
-              hint=hint, mistakes=_LAYER_NORM_MISTAKES, verbose=verbose)
-
-
-def _mask(T, masked="future", value=-math.inf, dtype=torch.float32):
-    """A (T, T) mask holding ``value`` where ``masked`` (future: j > i, right; future and
-    present: j >= i; past: j < i; past and present: j <= i) and 0 elsewhere."""
-    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]  # query i, key j
-    where = {"future": j > i, "future and present": j >= i, "past": j < i,
-             "past and present": j <= i}[masked]
-    if dtype == torch.bool:
-        return where
-    return torch.zeros(T, T, dtype=dtype).masked_fill(where, value)
-
-
-def _large_negative(M, T) -> bool:
-    """Whether a mask holds a large negative finite number where the future is, 0 elsewhere."""
-    M = torch.as_tensor(M).double()
-    future = _mask(T, dtype=torch.bool)
-    return (M.shape == (T, T) and bool((M[~future] == 0).all()) and bool(future.any())
-            and bool(torch.isfinite(M[future]).all()) and bool((M[future] <= -1e3).all()))
-
-
-_CAUSAL_ADDITIVE_MASK_MISTAKES = {
-    "Your mask hides the diagonal too: a position sees itself, so M[i, i] is 0.":
-        partial(_mask, masked="future and present"),
-    "Your mask hides the past instead of the future: query i sees keys 0 .. i, so the -inf lie "
-    "above the diagonal (key j > i).": partial(_mask, masked="past"),
-    "Your mask is boolean (or integer): this exercise asks for the float mask that is added to the "
-    "scores, 0 where a key is seen and -inf where it is not.": tuple(
-        partial(_mask, masked=masked, dtype=dtype, value=1)
-        for masked in ("future", "past and present") for dtype in (torch.bool, torch.int64)),
-    "Your mask holds 1 where a key is hidden: added to the scores, a mask needs -inf there so "
-    "that the softmax gives weight 0.": partial(_mask, value=1.0),
-    "Your mask holds a large negative number where a key is hidden: this exercise asks for -inf "
-    "there.": Symptom(_large_negative),
-    "Your mask is inverted: 0 where a key lies in the future, -inf where it is seen.":
-        partial(_mask, masked="past and present"),
-    "Your mask holds NaN where a key is seen: 0 times -inf is NaN, so a mask of 0 and -inf cannot "
-    "be made by multiplying a 0/1 mask by -inf.": lambda T: _mask(T, value=1.0) * -math.inf,
-}
-
-
-def check_causal_additive_mask(fn: Callable, seed: int = 0, hint: int = 1, *,
-                               verbose: bool = False) -> None:
-    """fn(T) -> the additive causal mask M (T, T), float: 0 on and below the diagonal, -inf above
-    it, so that softmax(Q K^T / sqrt(d) + M) lets query i see keys 0 .. i only."""
-    generator = seeded_generator(seed)
-    sizes = [("a single position", (1,)), ("", (2,)), ("", (5,))]
-    sizes += [("", (s["T"],)) for s in random_sizes(generator, 2, T=(3, 12))]
-    cases = labelled(sizes, lambda T: f"T={T}")
-
-    def as_float_mask(M, T):  # compared as it is: -inf must stay -inf, 0 stay 0
-        if not isinstance(M, torch.Tensor) or not M.is_floating_point():
-            raise TypeError("expected a float tensor of 0 and -inf, got "
-                            + (f"dtype {M.dtype}" if isinstance(M, torch.Tensor)
-                               else type(M).__name__))
-        return M
-
-    run_check("causal_additive_mask", fn, cases,
-              reference=lambda T: torch.nn.Transformer.generate_square_subsequent_mask(T),
-              mistakes=_CAUSAL_ADDITIVE_MASK_MISTAKES, verbose=verbose,
-              compare_through=("added to the scores as a float mask", as_float_mask),
-              hints=("The mask is added to the scores: what must be added where a key lies in the "
-                     "future, and what elsewhere? Does a position see itself?",
-                     "M[i, j] = -inf when key j is in the future of query i (j > i), 0 otherwise "
-                     "(the diagonal included: a position sees itself); e.g. torch.full((T, T), "
-                     "float('-inf')).triu(diagonal=1). A float mask, not a boolean one: it is "
-                     "added to the scores."),
-              hint=hint)
+    fixed = [("the notebook's tiny model", (16, 4, 32, 2, 30, 7, 5)),
+             ("a single source token", (8, 2, 16, 1, 11, 1, 4)),
+             ("one head", (12, 1, 24, 3, 20, 6, 9)),
+             ("the paper's base model", (512, 8, 2048, 6, 37000, 25, 27))]
+    random = [("", (s["d_k"] * s["h"], s["h"], s["ffn_hidden"], s["num_layers"], s["V"],
+                    s["T_src"], s["T_tgt"]))
+              for s in random_sizes(generator, 2, d_k=(1, 8), h=(1, 4), ffn_hidden=(1, 64),
+                                    num_layers=(1, 4), V=(5, 100), T_src=(1, 30), T_tgt=(1, 30))]
+    cases = labelled(fixed + random,
+                     lambda d, h, f, N, V, T_src, T_tgt: f"d_model={d}, num_heads={h}, "
+                     f"ffn_hidden={f}, num_layers={N}, vocab_size={V}, T_src={T_src}, "
+                     f"T_tgt={T_tgt}")
+    run_check("transformer_multiply_adds", fn, cases, reference=_multiply_adds,
+              hints=("Go through one block of each stack: which matrices does each position pass "
+                     "through, how many query-key pairs does each attention score, and which "
+                     "sequence gives the keys and values of the encoder-decoder attention?",
+                     "a linear layer from a to b features costs a*b per position. An attention "
+                     "with T_q queries over T_k keys: W_q and W_o on T_q positions, W_k and W_v "
+                     "on T_k positions (d_model^2 each), then T_q*T_k*d_model for the scores and "
+                     "as many for the weighted sums, whatever the number of heads; the causal "
+                     "mask saves nothing. Times num_layers; the FFN costs 2*d_model*ffn_hidden "
+                     "per position in both stacks; the output layer runs once: "
+                     "T_tgt*d_model*vocab_size."),
+              atol=0.5, rtol=0.0, hint=hint, mistakes=_MULTIPLY_ADDS_MISTAKES, verbose=verbose)
 
 
 def _outputs_in_chunks(step, block, X, chunk_sizes, enc_outputs, src_valid_lens):
@@ -305,6 +270,5 @@ def check_cached_block_step(fn: Callable, seed: int = 0, hint: int = 1, *,
                   hint=hint, mistakes=_CACHED_BLOCK_STEP_MISTAKES, verbose=verbose)
 
 
-MISTAKES = {"check_layer_norm": _LAYER_NORM_MISTAKES,
-            "check_causal_additive_mask": _CAUSAL_ADDITIVE_MASK_MISTAKES,
+MISTAKES = {"check_transformer_multiply_adds": _MULTIPLY_ADDS_MISTAKES,
             "check_cached_block_step": _CACHED_BLOCK_STEP_MISTAKES}  # the catalogues, for the tests
