@@ -46,15 +46,26 @@ ASSIGNMENT = "attention"
 SUBMISSIONS = ("solved", "empty", "wrong", "patched")
 
 # Plausible wrong answers (grade id of the solution cell -> its source), for the round trip's
-# "wrong" submission: a factor forgotten, a point among its own keys, lengths off by one.
+# "wrong" submission: the wrong width under the root, a point among its own keys, a threshold
+# averaged over every score.
 WRONG = {
-    "max_weights": '''def max_weights(Q, K, c):
-    return softmax_rows(Q @ K.T / np.sqrt(K.shape[1])).max(axis=1)''',
+    "CrossAttention": '''class CrossAttention(nn.Module):
+    def __init__(self, query_size, context_size, d, d_v):
+        super().__init__()
+        self.W_q = nn.Linear(query_size, d, bias=False)
+        self.W_k = nn.Linear(context_size, d, bias=False)
+        self.W_v = nn.Linear(context_size, d_v, bias=False)
+
+    def forward(self, queries, context):
+        Q, K, V = self.W_q(queries), self.W_k(context), self.W_v(context)
+        weights = torch.softmax(Q @ K.transpose(1, 2) / math.sqrt(queries.shape[-1]), dim=-1)
+        return weights @ V, weights''',
     "loo_error": '''def loo_error(x, y, width):
     weights = torch.softmax(-((x[:, None] - x[None, :]) / width) ** 2 / 2, dim=1)
     return ((weights @ y - y) ** 2).mean().item()''',
-    "causal_lens": '''def causal_lens(batch_size, num_queries):
-    return torch.arange(num_queries).repeat(batch_size, 1)''',
+    "sparsemax": '''def sparsemax(scores):
+    tau = (scores.sum(dim=-1, keepdim=True) - 1) / scores.shape[-1]
+    return (scores - tau).clamp(min=0)''',
 }
 
 # Everything a solution cell can replace in the course's checking code (issue 14's one line, and

@@ -103,6 +103,11 @@ WATCHED: dict[str, dict[str, str]] = {
         "softmax: smallest weight on the right key (> 0.95)": "table['softmax']['right weight'].min()",
         "sigmoid: smallest |sum of the weights - 1| (> 0.05)":
             "abs(table['sigmoid']['weight sum'] - 1).min()",
+        "exercise 5, sparsemax: largest test MSE (< 0.05)": "sparse['test MSE'].max()",
+        "exercise 5, sparsemax: largest MSE / smallest of the alternatives (< 1/3)":
+            "sparse['test MSE'].max() / best_alternative",
+        "exercise 5, |mean paired difference from softmax| / softmax's mean MSE (< 0.5)":
+            "abs(sparse_excess.mean()) / mse['softmax'].mean()",
         "exercise 6, sigmoid b = 0: smallest test MSE / predicting 0 (> 1)":
             "sigmoid_0['test MSE'].min() / baseline",
         "exercise 6, sigmoid b = 0: smallest sum of the weights (> 2)": "sigmoid_0['weight sum'].min()",

@@ -4,12 +4,12 @@ source notebooks, student copies, and what nbgrader needs.
 In a teaching notebook (``notebooks/``), a coding exercise's solution sits between nbgrader's
 markers, and its check cell calls the check, on a line of its own::
 
-    def multiplicative_scores(queries, keys, W):
+    def sparsemax(scores):
         ### BEGIN SOLUTION
         ...
         ### END SOLUTION
 
-    d2lh.exercises.check_multiplicative_scores(multiplicative_scores)
+    d2lh.exercises.check_sparsemax(sparsemax)
 
 A model answer to a question, in markdown, sits between the same markers in HTML comments, which
 renderers hide (``<!-- BEGIN SOLUTION -->`` ... ``<!-- END SOLUTION -->``; nbgrader looks for
@@ -17,7 +17,7 @@ renderers hide (``<!-- BEGIN SOLUTION -->`` ... ``<!-- END SOLUTION -->``; nbgra
 
 nbgrader's source notebook adds the hidden tests below the call, which a learner never reads::
 
-    d2lh.exercises.check_multiplicative_scores(multiplicative_scores)
+    d2lh.exercises.check_sparsemax(sparsemax)
     ### BEGIN HIDDEN TESTS
     ... (the same check with seed=1, by a copy of the checks loaded afresh)
     ### END HIDDEN TESTS

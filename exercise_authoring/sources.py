@@ -72,7 +72,7 @@ def hidden_tests_source(calls: Sequence[tuple[str, str]]) -> str:
 
 def check_calls(source: str) -> list[tuple[str, str]]:
     """The (check, function) pairs of a check cell's visible calls, e.g.
-    ``d2lh.exercises.check_causal_lens(causal_lens)``, each on a line of its own."""
+    ``d2lh.exercises.check_loo_error(loo_error)``, each on a line of its own."""
     return _VISIBLE_CALL.findall(_HIDDEN_REGION.sub("", source))
 
 

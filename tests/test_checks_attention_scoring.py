@@ -3,65 +3,142 @@ right and plausible wrong answers (see checks_common.py)."""
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+import d2lhelpers as d2lh
 from checks_common import CheckTests
+from d2lhelpers import exercises
 from d2lhelpers.exercises import checks_attention_scoring
 
 
-def multiplicative_scores(queries, keys, W):
-    return torch.bmm(queries @ W, keys.transpose(1, 2))
+def sliding_window_weights(scores, window, valid_lens=None, lower=None, upper=0, lens="keys",
+                           fill="min", zero=True, dim=-1):
+    """As a learner writes it: keys j with lower < j - i <= upper (lower = -window by default)
+    and, unless lens is "ignore", j < the valid length."""
+    B, T, _ = scores.shape
+    offset = torch.arange(T)[None, :] - torch.arange(T)[:, None]  # (T, T): j - i
+    lower = -window if lower is None else lower(window)
+    visible = ((offset > lower) & (offset <= upper)).expand(B, T, T)
+    if valid_lens is not None and lens != "ignore":
+        lengths = valid_lens if valid_lens.dim() == 2 else valid_lens[:, None].expand(B, T)
+        positions = torch.arange(T)[None, None, :] if lens == "keys" else \
+            torch.arange(T)[None, :, None]
+        visible = visible & (positions < lengths[:, :, None])
+    value = {"min": torch.finfo(scores.dtype).min, "-inf": float("-inf")}[fill]
+    weights = torch.softmax(torch.where(visible, scores, value), dim=dim)
+    return torch.where(visible, weights, 0.0) if zero else weights
 
 
-def causal_lens(batch_size, num_queries):
-    return torch.arange(1, num_queries + 1).expand(batch_size, -1)
+def first_keys(scores, window, valid_lens):
+    """Lengths (B, T) that let every query see the first window keys only (and no padding)."""
+    B, T, _ = scores.shape
+    lengths = torch.full((B, T), T) if valid_lens is None else (
+        valid_lens if valid_lens.dim() == 2 else valid_lens[:, None].expand(B, T))
+    return lengths.clamp(max=window)
+
+
+def sliding_window_by_loop(scores, window, valid_lens=None):
+    """Query by query, with the package's masked softmax on the keys it sees."""
+    B, T, _ = scores.shape
+    weights = torch.zeros_like(scores)
+    for b in range(B):
+        for i in range(T):
+            length = T if valid_lens is None else int(valid_lens[b] if valid_lens.dim() == 1
+                                                      else valid_lens[b, i])
+            start, stop = max(0, i - window + 1), min(i + 1, length)
+            if start < stop:
+                weights[b, i, start:stop] = torch.softmax(scores[b, i, start:stop], dim=0)
+    return weights
+
+
+def sparsemax(scores):
+    z, _ = torch.sort(scores, dim=-1, descending=True)
+    k = torch.arange(1, scores.shape[-1] + 1, dtype=scores.dtype)
+    cumulative = torch.cumsum(z, dim=-1)
+    support = (1 + k * z > cumulative).sum(dim=-1, keepdim=True)
+    tau = (torch.gather(cumulative, -1, support - 1) - 1) / support
+    return torch.clamp(scores - tau, min=0)
+
+
+def sparsemax_by_bisection(scores, steps=100):
+    """tau solves sum(max(z - tau, 0)) = 1: bisect between max(z) - 1 and max(z)."""
+    low = scores.max(dim=-1, keepdim=True).values - 1
+    high = low + 1
+    for _ in range(steps):
+        middle = (low + high) / 2
+        over = (scores - middle).clamp(min=0).sum(-1, keepdim=True) > 1
+        low, high = torch.where(over, middle, low), torch.where(over, high, middle)
+    return (scores - (low + high) / 2).clamp(min=0)
+
+
+def sparsemax_with(order="descending", tau_from="support", clip=True, index_shift=1):
+    def wrong(scores):
+        T = scores.shape[-1]
+        if order == "descending":
+            z = scores.sort(dim=-1, descending=True).values
+        elif order == "ascending":
+            z = scores.sort(dim=-1).values
+        else:
+            z = scores
+        k = torch.arange(1, T + 1, dtype=scores.dtype)
+        cumulative = z.cumsum(-1)
+        support = (1 + k * z > cumulative).sum(-1, keepdim=True)
+        if tau_from == "support":
+            tau = (cumulative.gather(-1, support - index_shift) - 1) / support
+        else:
+            tau = (scores.sum(-1, keepdim=True) - 1) / T
+        return (scores - tau).clamp(min=0) if clip else scores - tau
+
+    return wrong
 
 
 CHECKS = {
-    "check_multiplicative_scores": (multiplicative_scores, {
-        "W transposed": (lambda q, k, W: q @ W.T @ k.transpose(1, 2), "raised RuntimeError",
-                         "W is transposed"),
-        "scaled like dot-product attention": (
-            lambda q, k, W: q @ W @ k.transpose(1, 2) / math.sqrt(q.shape[-1]), "differ",
-            "scaled by a width"),
-        "keys not transposed": (lambda q, k, W: q @ W @ k, "raised RuntimeError", None),
-        "computed in float32": (
-            lambda q, k, W: q.float() @ W.float() @ k.float().transpose(1, 2),
-            "expected dtype float64", None),
-        "keys times W times queries": (
-            lambda q, k, W: torch.einsum("bjq,pq,bip->bji", k, W, q), "expected shape",
-            "scores are transposed"),
-        "divided by the key width": (lambda q, k, W: q @ W @ k.mT / k.shape[-1], "differ",
-                                     "scaled by a width"),
-        "a tanh, as in additive attention": (lambda q, k, W: torch.tanh(q @ W @ k.mT), "differ",
-                                             "tanh"),
-        "the batch flattened": (
-            lambda q, k, W: q.flatten(0, 1) @ W @ k.flatten(0, 1).T, "expected shape",
-            "mix the sequences of the batch"),
-        "the weights": (lambda q, k, W: torch.softmax(q @ W @ k.mT, dim=-1), "differ",
-                        "attention weights"),
+    "check_sliding_window_weights": (sliding_window_weights, {
+        "window + 1 keys": (lambda s, w, l: sliding_window_weights(s, w, l, lower=lambda w: -w - 1),
+                            "differ", "window + 1 keys"),
+        "window - 1 keys": (lambda s, w, l: sliding_window_weights(s, w, l, lower=lambda w: 1 - w),
+                            "on input", "window - 1 keys"),
+        "itself left out": (
+            lambda s, w, l: sliding_window_weights(s, w, l, lower=lambda w: -w - 1, upper=-1),
+            "on input", "do not see themselves"),
+        "both sides of the query": (
+            lambda s, w, l: sliding_window_weights(s, w, l, lower=lambda w: -w, upper=w - 1),
+            "differ", "keys after themselves"),
+        "plain causal": (lambda s, w, l: sliding_window_weights(s, s.shape[-1], l), "differ",
+                         "every earlier key"),
+        "the first window keys": (
+            lambda s, w, l: sliding_window_weights(s, s.shape[-1], first_keys(s, w, l)),
+            "differ", "stays at the start"),
+        "padding ignored": (lambda s, w, l: sliding_window_weights(s, w, l, lens="ignore"),
+                            "differ", "ignore valid_lens"),
+        "lengths over the queries": (
+            lambda s, w, l: sliding_window_weights(s, w, l, lens="queries"), "differ",
+            "hide queries, not keys"),
+        "-inf fill": (lambda s, w, l: sliding_window_weights(s, w, l, fill="-inf", zero=False),
+                      "holds NaN at", "hold NaN"),
+        "-inf fill, NaN zeroed after": (
+            lambda s, w, l: sliding_window_weights(s, w, l, fill="-inf", zero=False).nan_to_num(
+                nan=0.5), "differ", None),
+        "finite fill, no zeros after": (
+            lambda s, w, l: sliding_window_weights(s, w, l, zero=False), "differ",
+            "spread a query that sees no key"),
+        "softmax over the queries": (lambda s, w, l: sliding_window_weights(s, w, l, dim=-2),
+                                     "differ", "Each column of your weights"),
     }),
-    "check_causal_lens": (causal_lens, {
-        "lengths 0 .. T-1": (lambda B, T: torch.arange(T).expand(B, -1), "differ", "one short"),
-        "lengths 2 .. T+1": (lambda B, T: torch.arange(2, T + 2).repeat(B, 1), "raised ValueError",
-                             "one too long"),
-        "one row, not one per sequence": (lambda B, T: torch.arange(1, T + 1), "raised ValueError",
-                                          "one row of lengths"),
-        "every key": (lambda B, T: torch.full((B, T), T), "differ", "see all the keys"),
-        "key 0 only": (lambda B, T: torch.ones(B, T, dtype=torch.int32), "differ", "key 0 only"),
-        "backwards": (lambda B, T: torch.arange(T, 0, -1).repeat(B, 1), "differ", "backwards"),
-        "lengths 1 .. B down the batch": (lambda B, T: torch.arange(1, B + 1)[:, None].repeat(1, T),
-                                          "differ", "along the batch"),
-        "(T, B)": (lambda B, T: torch.arange(1, T + 1)[:, None].repeat(1, B), "raised ValueError",
-                   "shape (T_q, B)"),
-        "one length per sequence": (lambda B, T: torch.full((B,), T), "on input",
-                                    "one length per sequence"),
-        "the mask itself": (lambda B, T: torch.ones(B, T, T).tril().bool(), "on input",
-                            "a mask of the keys"),
-        "lengths i + 1 for the first sequence, T for the others": (
-            lambda B, T: torch.cat([torch.arange(1, T + 1)[None], torch.full((B - 1, T), T)]),
+    "check_sparsemax": (sparsemax, {
+        "softmax": (lambda s: s.softmax(-1), "differ", "a softmax"),
+        "ReLU / sum": (lambda s: s.relu() / s.relu().sum(-1, keepdim=True), "on input",
+                       "ReLU / sum"),
+        "sorted ascending": (sparsemax_with(order="ascending"), "on input", "increasing order"),
+        "not sorted": (sparsemax_with(order="none"), "on input", "not sorted"),
+        "cumsum read at k(z)": (sparsemax_with(index_shift=0), "on input", "one sorted score too"),
+        "tau over every score": (sparsemax_with(tau_from="all"), "differ",
+                                 "averages all the scores"),
+        "no clipping": (sparsemax_with(clip=False), "differ", "go negative"),
+        "over the queries": (lambda s: sparsemax(s.transpose(-2, -1)).transpose(-2, -1),
+                             "on input", "another axis than the last"),
+        "the largest score's weight only": (
+            lambda s: torch.nn.functional.one_hot(s.argmax(-1), s.shape[-1]).to(s.dtype),
             "differ", None),
     }),
 }
@@ -69,3 +146,27 @@ CHECKS = {
 
 class TestChecks(CheckTests):
     CHECKS, MODULE = CHECKS, checks_attention_scoring
+
+
+def test_other_right_answers_pass(capsys):
+    exercises.check_sliding_window_weights(sliding_window_by_loop)
+    exercises.check_sparsemax(sparsemax_by_bisection)
+    assert capsys.readouterr().out.count("Correct") == 2
+
+
+def test_a_window_as_long_as_the_sequence_is_the_causal_mask():
+    scores = torch.randn(3, 6, 6)
+    lens = torch.tensor([6, 4, 1])
+    causal = d2lh.causal_valid_lens(3, 6).minimum(lens[:, None])  # (B, T): min(i + 1, length)
+    torch.testing.assert_close(checks_attention_scoring._wrong_sliding_window(scores, 6, lens),
+                               d2lh.masked_softmax(scores, causal))
+
+
+def test_sparsemax_sums_to_one_sharpens_with_scale_and_gives_exact_zeros():
+    scores = torch.randn(4, 3, 7, dtype=torch.float64)
+    weights = checks_attention_scoring._wrong_sparsemax(scores)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(4, 3, dtype=torch.float64))
+    assert (weights >= 0).all()
+    sharp = checks_attention_scoring._wrong_sparsemax(100 * scores)
+    assert ((sharp > 0).sum(-1) == 1).all()  # one key keeps all the weight
+    torch.testing.assert_close(checks_attention_scoring._wrong_sparsemax(scores + 3.0), weights)

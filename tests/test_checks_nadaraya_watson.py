@@ -12,9 +12,27 @@ from d2lhelpers import exercises
 from d2lhelpers.exercises import checks_nadaraya_watson
 
 
-def laplace_pooling(queries, keys, values, width):
-    kernel = torch.exp(-(queries[:, None] - keys[None, :]).abs() / width)  # (n_q, n_k)
-    return kernel / kernel.sum(dim=1, keepdim=True) @ values
+def kernel_as_attention(queries, keys, width, root="D", power=2, key_term=-0.5):
+    """(q, k) as a learner writes them; the arguments away from their defaults are mistakes."""
+    D = queries.shape[1] + (key_term is not None)
+    c = {"D": math.sqrt(D), "2": math.sqrt(2), "none": 1.0}[root] / width ** power
+    if key_term is None:
+        return queries, c * keys
+    q = torch.cat([queries, torch.ones_like(queries[:, :1])], dim=1)
+    k = torch.cat([keys, key_term * keys.pow(2).sum(dim=1, keepdim=True)], dim=1)
+    return q, c * k
+
+
+def kernel_as_attention_other_way(queries, keys, width):
+    """Another right answer: the factor on the queries, the extra feature first, D = d + 1."""
+    D = queries.shape[1] + 1
+    q = torch.cat([torch.full_like(queries[:, :1], -0.5), queries], dim=1) * math.sqrt(D)
+    k = torch.cat([(keys ** 2).sum(1, keepdim=True), keys], dim=1) / width ** 2
+    return q, k
+
+
+def gaussian_weights(queries, keys, width):
+    return torch.softmax(-torch.cdist(queries, keys) ** 2 / (2 * width ** 2), dim=1)
 
 
 def loo_error(x, y, width, leave_out=True, square_width=True, reduce=torch.mean):
@@ -23,16 +41,6 @@ def loo_error(x, y, width, leave_out=True, square_width=True, reduce=torch.mean)
     if leave_out:
         scores = scores - torch.diag(torch.full_like(x, math.inf))
     return reduce((torch.softmax(scores, dim=1) @ y - y) ** 2).item()
-
-
-def laplace_weights(q, k, w, dim=1):
-    return torch.softmax(-(q[:, None] - k).abs() / w, dim=dim)
-
-
-def laplace_kernel_pooling(q, k, v, w, kernel):
-    """Pooling with weights proportional to kernel(q_i - k_j), normalised over the keys."""
-    K = kernel(q[:, None] - k[None, :])
-    return (K / K.sum(dim=1, keepdim=True)) @ v
 
 
 def loo_by_loop(x, y, width, reduce=lambda errors: sum(errors) / len(errors)):
@@ -46,44 +54,29 @@ def loo_by_loop(x, y, width, reduce=lambda errors: sum(errors) / len(errors)):
 
 
 CHECKS = {
-    "check_laplace_pooling": (laplace_pooling, {
-        "Gaussian instead of Laplace": (
-            lambda q, k, v, w: torch.softmax(-((q[:, None] - k) / w) ** 2, dim=1) @ v,
-            "differ", "squares the distance"),
-        "normalised over the queries": (
-            lambda q, k, v, w: laplace_weights(q, k, w, dim=0) @ v, "differ",
-            "normalised over the queries"),
-        "normalised over the whole matrix": (
-            lambda q, k, v, w: (lambda K: K / K.sum() @ v)(torch.exp(-(q[:, None] - k).abs() / w)),
-            "differ", "whole matrix"),
-        "not normalised": (
-            lambda q, k, v, w: torch.exp(-(q[:, None] - k).abs() / w) @ v, "differ",
-            "not normalised"),
-        "width multiplies": (
-            lambda q, k, v, w: laplace_kernel_pooling(q, k, v, w, lambda d: torch.exp(-d.abs() * w)),
-            "differ", "multiplied by the width"),
-        "minus sign forgotten": (
-            lambda q, k, v, w: laplace_kernel_pooling(q, k, v, w, lambda d: torch.exp(d.abs() / w)),
-            "differ", "minus sign"),
-        "absolute value forgotten": (
-            lambda q, k, v, w: laplace_kernel_pooling(q, k, v, w, lambda d: torch.exp(-d / w)),
-            "differ", "signed distance"),
-        "width ignored": (
-            lambda q, k, v, w: laplace_kernel_pooling(q, k, v, w, lambda d: torch.exp(-d.abs())),
-            "differ", "ignores the width"),
-        "width squared": (
-            lambda q, k, v, w: laplace_kernel_pooling(q, k, v, w,
-                                                      lambda d: torch.exp(-d.abs() / w ** 2)),
-            "differ", "width squared"),
-        "pooled over the queries": (lambda q, k, v, w: (laplace_weights(q, k, w) * v).sum(0),
-                                    "on input", "sum over the queries"),
-        "the weights returned": (lambda q, k, v, w: laplace_weights(q, k, w), "expected shape",
-                                 "return the weights"),
-        "each row divided by the row sums without keepdim": (
-            lambda q, k, v, w: (lambda K: (K / K.sum(dim=1)) @ v)(
-                torch.exp(-(q[:, None] - k[None, :]).abs() / w)), "on input", "lost their axis"),
-        "each value weighted by the query's distance to the mean key": (
-            lambda q, k, v, w: torch.exp(-(q - k.mean()).abs() / w) * v.mean(), "on input", None),
+    "check_kernel_as_attention": (kernel_as_attention, {
+        "the weights returned": (gaussian_weights, "raised", "return the weights themselves"),
+        "sqrt(D) forgotten": (lambda q, k, w: kernel_as_attention(q, k, w, root="none"),
+                              "does not give the expected result", "cancel the layer's division"),
+        "sqrt(2) as in section 3": (lambda q, k, w: kernel_as_attention(q, k, w, root="2"),
+                                    "does not give the expected result", "sqrt(2), as in"),
+        "width ignored": (lambda q, k, w: kernel_as_attention(q, k, w, power=0),
+                          "does not give the expected result", "ignore the width"),
+        "width not squared": (lambda q, k, w: kernel_as_attention(q, k, w, power=1),
+                              "does not give the expected result", "not by its square"),
+        "plain dot product": (lambda q, k, w: kernel_as_attention(q, k, w, key_term=None),
+                              "does not give the expected result", "favour long keys"),
+        "the query's norm instead of the key's": (
+            lambda q, k, w: (torch.cat([q, -0.5 * (q ** 2).sum(1, keepdim=True)], 1),
+                             math.sqrt(q.shape[1] + 1) / w ** 2 * torch.cat(
+                                 [k, torch.ones_like(k[:, :1])], 1)),
+            "does not give the expected result", "favour long keys"),
+        "+|x_i|^2 / 2": (lambda q, k, w: kernel_as_attention(q, k, w, key_term=0.5),
+                         "does not give the expected result", "extra feature is +|x_i|^2 / 2"),
+        "-|x_i|^2": (lambda q, k, w: kernel_as_attention(q, k, w, key_term=-1.0),
+                     "does not give the expected result", "without the 1/2"),
+        "q and k of different widths": (
+            lambda q, k, w: (q, torch.cat([k, k], 1)), "raised", None),
     }),
     "check_loo_error": (loo_error, {
         "the point among its own keys": (
@@ -115,9 +108,6 @@ CHECKS = {
                 -math.inf), dim=1) @ y - y) ** 2, "expected", "one error per point"),
         "root mean squared error": (lambda x, y, w: loo_by_loop(x, y, w) ** 0.5, "expected",
                                     "root of the mean"),
-        "the 2 inside the square": (
-            lambda x, y, w: ((torch.softmax((-((x[:, None] - x) / (2 * w)) ** 2).fill_diagonal_(
-                -math.inf), dim=1) @ y - y) ** 2).mean().item(), "expected", "another factor"),
         "mean absolute error": (
             lambda x, y, w: loo_by_loop(x, y, w, lambda e: sum(v.sqrt() for v in e) / len(e)),
             "expected", "mean absolute error"),
@@ -129,9 +119,18 @@ class TestChecks(CheckTests):
     CHECKS, MODULE = CHECKS, checks_nadaraya_watson
 
 
-def test_reference_of_laplace_pooling_is_the_kernel_definition():
-    # Laplace pooling: the softmax form equals the kernel definition
-    exercises.check_laplace_pooling(laplace_pooling)
+def test_the_reference_gives_the_gaussian_kernel_and_another_right_answer_passes(capsys):
+    torch.manual_seed(0)
+    queries = 5 * torch.rand(4, 3, dtype=torch.float64)
+    keys = 5 * torch.rand(6, 3, dtype=torch.float64)
+    expected = gaussian_weights(queries, keys, 0.7)
+    reference = checks_nadaraya_watson._wrong_kernel_as_attention  # at its right values
+    for answer in (reference, kernel_as_attention_other_way):
+        weights = checks_nadaraya_watson._attention_weights(answer(queries, keys, 0.7), queries,
+                                                            keys, 0.7)
+        torch.testing.assert_close(weights, expected)
+    exercises.check_kernel_as_attention(kernel_as_attention_other_way)
+    assert capsys.readouterr().out.startswith("Correct")
 
 
 def test_the_loop_of_the_wrong_answers_is_right(capsys):

@@ -375,23 +375,27 @@ def checking_code_lines() -> set[str]:
 
 
 def test_a_failure_shows_no_line_of_the_checking_code_but_the_learners_own_frames():
-    def helper(lengths):
-        return lengths[10]  # the learner's bug
+    def helper(x):
+        return x[len(x)]  # the learner's bug
 
-    def causal_lens(batch_size, num_queries):
-        return helper(torch.arange(num_queries))
+    def loo_error(x, y, width):
+        return helper(x)
+
+    def with_itself(x, y, width):  # the point among its own keys
+        weights = torch.softmax(-((x[:, None] - x[None, :]) / width) ** 2 / 2, dim=1)
+        return ((weights @ y - y) ** 2).mean()
 
     renderings = []
-    for wrong in (causal_lens, lambda B, T: torch.arange(T).expand(B, T)):
+    for wrong in (loo_error, with_itself):
         with pytest.raises(ExerciseCheckFailed) as failure:
-            exercises.check_causal_lens(wrong)
+            exercises.check_loo_error(wrong)
         rendered = "\n".join(failure.value._render_traceback_())
         assert rendered.endswith(f"ExerciseCheckFailed: {failure.value}")
         renderings.append(rendered)
     raised, wrong_value = renderings
-    assert "in helper\n    return lengths[10]  # the learner's bug" in raised
-    assert "IndexError: index 10 is out of bounds" in raised
-    assert wrong_value.startswith("ExerciseCheckFailed: Your lengths are one short")  # no traceback
+    assert "in helper\n    return x[len(x)]  # the learner's bug" in raised
+    assert "IndexError: index 2 is out of bounds" in raised
+    assert wrong_value.startswith("ExerciseCheckFailed: Your point i is among its own keys")
     for rendered in renderings:
         leaked = [line for line in rendered.splitlines() if line.strip() in checking_code_lines()]
         assert not leaked and "exercises/" not in rendered, leaked
@@ -414,27 +418,31 @@ def patched_checks(monkeypatch):
             monkeypatch.setattr(module, "run_check", always_correct, raising=False)
 
 
+def loo_error(x, y, width):  # a right answer
+    scores = -((x[:, None] - x[None, :]) / width) ** 2 / 2
+    weights = torch.softmax(scores.fill_diagonal_(-math.inf), dim=1)
+    return ((weights @ y - y) ** 2).mean()
+
+
 def test_check_afresh_grades_with_a_copy_that_the_patches_do_not_reach(patched_checks, capsys):
-    def causal_lens(batch_size, num_queries):
+    def unsolved(x, y, width):
         raise d2lh.exercises.NotWrittenYet()  # the copy's stub: a class the private copy lacks
 
-    d2lh.exercises.check_causal_lens(causal_lens)
+    d2lh.exercises.check_loo_error(unsolved)
     assert capsys.readouterr().out == "Correct\n"  # the visible check is fooled
-    with pytest.raises(AssertionError, match="causal_lens.*not implemented yet"):
-        check_afresh("check_causal_lens", causal_lens)
-    solved = lambda B, T: torch.arange(1, T + 1).repeat(B, 1)  # noqa: E731
-    check_afresh("check_causal_lens", solved)
+    with pytest.raises(AssertionError, match="loo_error.*not implemented yet"):
+        check_afresh("check_loo_error", unsolved)
+    check_afresh("check_loo_error", loo_error)
     assert capsys.readouterr().out == "", "a hidden test passes quietly: the visible check spoke"
-    check_afresh("check_causal_lens", solved, quiet=False)
-    assert capsys.readouterr().out == \
-        "Correct: causal_lens (through d2lh.masked_softmax) passed all 5 checks.\n"
+    check_afresh("check_loo_error", loo_error, quiet=False)
+    assert capsys.readouterr().out == "Correct: loo_error passed all 6 checks.\n"
 
-    def warns(B, T):
+    def warns(x, y, width):
         warnings.warn("a warning of the learner's function")
-        return torch.zeros(B, T)
+        return torch.tensor(0.0)
 
     with pytest.raises(AssertionError):
-        check_afresh("check_causal_lens", warns)
+        check_afresh("check_loo_error", warns)
     assert "a warning of the learner's function" in capsys.readouterr().out, "shown on a failure"
     assert not [name for name in sys.modules if "afresh" in name], "the copy is not left behind"
     with pytest.raises(ValueError, match="check must name a check of d2lhelpers.exercises, got 'run_check'"):
@@ -442,13 +450,13 @@ def test_check_afresh_grades_with_a_copy_that_the_patches_do_not_reach(patched_c
 
 
 def test_the_generated_hidden_tests_fail_an_unsolved_exercise_despite_the_patch(patched_checks, capsys):
-    cell = "d2lh.exercises.check_causal_lens(causal_lens)\n" + authoring.hidden_tests_source(
-        [("check_causal_lens", "causal_lens")])
-    namespace = {"d2lh": d2lh, "causal_lens": lambda B, T: torch.zeros(B, T)}
-    with pytest.raises(AssertionError, match="values\\s+differ"):
+    cell = "d2lh.exercises.check_loo_error(loo_error)\n" + authoring.hidden_tests_source(
+        [("check_loo_error", "loo_error")])
+    namespace = {"d2lh": d2lh, "loo_error": lambda x, y, width: torch.tensor(0.0)}
+    with pytest.raises(AssertionError, match="not right yet on input"):
         exec(cell, namespace)
     assert capsys.readouterr().out == "Correct\n"
-    namespace["causal_lens"] = lambda B, T: torch.arange(1, T + 1).repeat(B, 1)
+    namespace["loo_error"] = loo_error
     exec(cell, namespace)
     assert capsys.readouterr().out == "Correct\n", "the hidden tests pass quietly"
 

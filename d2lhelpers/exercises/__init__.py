@@ -3,12 +3,12 @@
 In a notebook, a coding exercise is a function the learner writes, with the solution between
 nbgrader's markers, followed by a check cell that calls one of the checks below::
 
-    def multiplicative_scores(queries, keys, W):
+    def sparsemax(scores):
         ### BEGIN SOLUTION
         ...
         ### END SOLUTION
 
-    d2lh.exercises.check_multiplicative_scores(multiplicative_scores)
+    d2lh.exercises.check_sparsemax(sparsemax)
 
 A check builds its own inputs (seeded random shapes and edge cases), runs the learner's function on
 each, and compares the result with a reference computed by the package (or a short formula). On
@@ -41,9 +41,9 @@ separate package, ``exercise_authoring``, which needs no torch.
 
 from __future__ import annotations
 
-from .checks_queries_keys_values import check_self_attention, check_max_weights
-from .checks_nadaraya_watson import check_laplace_pooling, check_loo_error
-from .checks_attention_scoring import check_multiplicative_scores, check_causal_lens
+from .checks_queries_keys_values import check_lookup, check_cross_attention
+from .checks_nadaraya_watson import check_kernel_as_attention, check_loo_error
+from .checks_attention_scoring import check_sliding_window_weights, check_sparsemax
 from .checks_multihead_attention import (check_per_head_weights, check_to_torch_multihead,
                                          check_packed_self_attention)
 from .checks_positional_encoding import (check_sinusoidal_table, check_offset_attention,
@@ -63,12 +63,12 @@ __all__ = [
     "NotWrittenYet",
     "Symptom",
     "run_check",
-    "check_self_attention",
-    "check_max_weights",
-    "check_laplace_pooling",
+    "check_lookup",
+    "check_cross_attention",
+    "check_kernel_as_attention",
     "check_loo_error",
-    "check_multiplicative_scores",
-    "check_causal_lens",
+    "check_sliding_window_weights",
+    "check_sparsemax",
     "check_per_head_weights",
     "check_to_torch_multihead",
     "check_packed_self_attention",

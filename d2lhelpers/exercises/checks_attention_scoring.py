@@ -1,5 +1,5 @@
-"""The checks of notebook 03_attention_scoring's coding exercises: Luong's multiplicative scores,
-and the valid lengths of a causal mask."""
+"""The checks of notebook 03_attention_scoring's coding exercises: the weights of causal
+sliding-window attention over padded sequences, and sparsemax, a normalisation with exact zeros."""
 
 from __future__ import annotations
 
@@ -9,142 +9,218 @@ from functools import partial
 
 import torch
 
-from ..attention import causal_valid_lens, masked_softmax
-from .cases import labelled, randn, random_sizes, seeded_generator
+from .cases import labelled, randint, randn, random_choice, random_floats, random_sizes, \
+    seeded_generator
 from .runner import Symptom, run_check
 
-__all__ = ['check_multiplicative_scores', 'check_causal_lens']
+__all__ = ['check_sliding_window_weights', 'check_sparsemax']
 
 
-# The classic mistakes, each as the function that makes it ----------------------------------------
-
-def _wrong_scores(queries, keys, W, transpose_W=False, scale=None, transpose_scores=False,
-                  softmax=None, squash=False):
-    """Luong's scores, right by default; each argument away from its default is a mistake."""
-    scores = queries @ (W.T if transpose_W else W) @ keys.transpose(1, 2)  # (B, T_q, T_k)
-    if scale == "queries":
-        scores = scores / math.sqrt(queries.shape[-1])
-    elif scale == "keys":
-        scores = scores / math.sqrt(keys.shape[-1])
-    elif scale in ("q_size", "k_size"):
-        scores = scores / (queries if scale == "q_size" else keys).shape[-1]
-    if softmax is not None:
-        scores = torch.softmax(scores, dim=softmax)
-    if squash:
-        scores = torch.tanh(scores)
-    return scores.transpose(1, 2) if transpose_scores else scores
-
-
-_MULTIPLICATIVE_SCORES_MISTAKES = {
-    "Your W is transposed: with W of shape (q_size, k_size), the query goes on its left and the "
-    "key on its right, q W k.": partial(_wrong_scores, transpose_W=True),
-    "Your scores are scaled by a width (or its square root): Luong's multiplicative score is "
-    "q W k itself, without a scale.": tuple(partial(_wrong_scores, scale=scale)
-                                            for scale in ("queries", "keys", "q_size", "k_size")),
-    "Your scores are transposed, (B, T_k, T_q): row i must hold query i's scores against every "
-    "key, (B, T_q, T_k).": partial(_wrong_scores, transpose_scores=True),
-    "Your scores mix the sequences of the batch, (B * T_q, B * T_k): each sequence's queries "
-    "score against its own keys only, a batched product.": Symptom(
-        lambda got, queries, keys, W: tuple(got.shape) == (queries.shape[0] * queries.shape[1],
-                                                           keys.shape[0] * keys.shape[1])),
-    "Your scores go through a tanh, as in additive attention: the multiplicative score is q W k "
-    "itself.": partial(_wrong_scores, squash=True),
-    "You return attention weights (a softmax of the scores): the exercise asks for the scores "
-    "themselves.": tuple(partial(_wrong_scores, softmax=dim) for dim in (-1, -2, 0)),
-}
-
-
-def check_multiplicative_scores(fn: Callable, seed: int = 0, hint: int = 1, *,
-                                verbose: bool = False) -> None:
-    """fn(queries (B, T_q, q_size), keys (B, T_k, k_size), W (q_size, k_size)) -> scores
-    (B, T_q, T_k) with score[b, i, j] = queries[b, i] @ W @ keys[b, j]."""
-    generator = seeded_generator(seed)
-    fixed = [(dict(B=2, T_q=3, T_k=4, q_size=5, k_size=6), torch.float32, ""),
-             (dict(B=1, T_q=1, T_k=7, q_size=3, k_size=3), torch.float32, "a single query"),
-             (dict(B=3, T_q=2, T_k=1, q_size=4, k_size=2), torch.float32, "a single key"),
-             (dict(B=2, T_q=2, T_k=3, q_size=2, k_size=5), torch.float64, "float64")]
-    random = [(s, torch.float32, "") for s in
-              random_sizes(generator, 2, B=(1, 3), T_q=(1, 5), T_k=(1, 5), q_size=(1, 6), k_size=(1, 6))]
-    entries = [(what, (randn(generator, s["B"], s["T_q"], s["q_size"], dtype=dtype),
-                       randn(generator, s["B"], s["T_k"], s["k_size"], dtype=dtype),
-                       randn(generator, s["q_size"], s["k_size"], dtype=dtype)))
-               for s, dtype, what in fixed + random]
-    cases = labelled(entries, lambda *args: ", ".join(
-        f"{name} {tuple(a.shape)}" for name, a in zip(("queries", "keys", "W"), args)))
-    run_check("multiplicative_scores", fn, cases,
-              reference=lambda queries, keys, W: torch.einsum("bip,pq,bjq->bij", queries, W, keys),
-              hints=("Write the score of one query and one key first, then find the batched "
-                     "product that computes them all; check on which side of W each one goes.",
-                     "score [b, i, j] is queries[b, i] @ W @ keys[b, j]; batched products (@) "
-                     "with keys.transpose(1, 2) compute all of them at once, shape (B, T_q, T_k). "
-                     "W is (q_size, k_size): it goes between the queries and the keys, "
-                     "untransposed."),
-              hint=hint, mistakes=_MULTIPLICATIVE_SCORES_MISTAKES, verbose=verbose)
-
-
-def _shaped(got, *shapes) -> bool:
-    """Whether ``got`` is a tensor of one of the given shapes."""
-    return isinstance(got, torch.Tensor) and tuple(got.shape) in shapes
-
-
-def _causal_mask(got, B, T) -> bool:
-    """Whether ``got`` is a causal mask of the keys (T, T) or (B, T, T): 1 (or True) where key j
-    <= query i, 0 elsewhere."""
-    if not _shaped(got, (B, T, T), (T, T)):
+def _columns_sum_to_one(weights) -> bool:
+    """Whether the columns of the weights (..., T_q, T_k) sum to 1 or 0 over the queries while
+    their rows do not all sum to 1 or 0 over the keys."""
+    A = torch.as_tensor(weights).double()
+    if A.dim() < 2 or A.shape[-2] < 2 or A.isnan().any():
         return False
-    seen = torch.ones(T, T).tril()
-    return bool((got.to(torch.float64) == seen.to(torch.float64)).all())
+    columns, rows = A.sum(-2), A.sum(-1)
+    return (bool(((columns - 1).abs() < 1e-5).logical_or(columns.abs() < 1e-5).all())
+            and not bool(((rows - 1).abs() < 1e-5).logical_or(rows.abs() < 1e-5).all()))
 
 
-_CAUSAL_LENS_MISTAKES = {
-    "You return one row of lengths (T_q,): the exercise asks for one row per sequence, "
-    "(B, T_q).": Symptom(lambda got, B, T: _shaped(got, (T,))),
-    "Your lengths have shape (T_q, B): one row per sequence, (B, T_q), is expected.":
-        Symptom(lambda got, B, T: _shaped(got, (T, B))),
-    "You return one length per sequence (B,): a causal mask needs one per query, (B, T_q).":
-        Symptom(lambda got, B, T: _shaped(got, (B,))),
-    "You return a mask of the keys each query sees: the exercise asks for how many keys each "
-    "query sees, a valid length per query (B, T_q).":
-        Symptom(_causal_mask),
-    "Your lengths are one short: query i sees keys 0 .. i; does it see itself?":
-        lambda B, T: torch.arange(T).expand(B, T),
-    "Your lengths are one too long: query i sees keys 0 .. i, and no further.":
-        lambda B, T: torch.arange(2, T + 2).expand(B, T),
-    "Your lengths let every query see all the keys: query i may see keys 0 .. i only.":
-        lambda B, T: torch.full((B, T), T),
-    "Your lengths let every query see key 0 only: query i sees keys 0 .. i.":
-        lambda B, T: torch.ones(B, T, dtype=torch.long),
-    "Your lengths run backwards (query 0 sees the most keys): query i sees keys 0 .. i.":
-        lambda B, T: torch.arange(T, 0, -1).expand(B, T),
-    "Your lengths grow along the batch, not along the queries: they count the keys of each "
-    "query, and are the same for every sequence.":
-        lambda B, T: torch.arange(1, B + 1)[:, None].expand(B, T),
+# Sliding-window attention: the classic mistakes, each as the function that makes it --------------
+
+def _window_mask(T: int, window: int, valid_lens, band="causal", lens="keys") -> torch.Tensor:
+    """(B or 1, T, T) True where query i may see key j: i - window < j <= i and j < the valid
+    length (None: every key; (B,): one per sequence; (B, T): one per query); the other ``band``
+    and ``lens`` are classic mistakes."""
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]  # queries down, keys across
+    allowed = {"causal": lambda: (j <= i) & (j > i - window),
+               "one too wide": lambda: (j <= i) & (j >= i - window),
+               "one too narrow": lambda: (j <= i) & (j > i - window + 1),
+               "not itself": lambda: (j < i) & (j >= i - window),
+               "both sides": lambda: (j - i).abs() < window,
+               "no window": lambda: j <= i,
+               "from the start": lambda: (j <= i) & (j < window)}[band]()[None]  # (1, T, T)
+    if valid_lens is None or lens == "ignored":
+        return allowed
+    lengths = valid_lens[:, None] if valid_lens.dim() == 1 else valid_lens  # (B, 1) or (B, T)
+    if lens == "queries":  # the lengths hide queries, not keys
+        return allowed & (i[None] < lengths[:, :, None])
+    return allowed & (j[None] < lengths[:, :, None])  # (B, T, T)
+
+
+def _wrong_sliding_window(scores, window, valid_lens, band="causal", lens="keys", fill="zero",
+                          axis=-1):
+    """The weights, right by default; every other value of an argument is a classic mistake.
+    fill: "zero" (the dtype's minimum, then zeros where masked), "-inf", "finite" (the dtype's
+    minimum only)."""
+    allowed = _window_mask(scores.shape[-1], window, valid_lens, band, lens)
+    filled = scores.masked_fill(~allowed, -math.inf if fill == "-inf"
+                                else torch.finfo(scores.dtype).min)
+    weights = torch.softmax(filled, dim=axis)
+    return weights.masked_fill(~allowed, 0.0) if fill == "zero" else weights
+
+
+def _nan_where_nothing_is_seen(result, scores, window, valid_lens) -> bool:
+    """Whether the result holds NaN, and only in rows where the query sees no key."""
+    nan = torch.as_tensor(result).isnan()
+    if not nan.any():
+        return False
+    seen = _window_mask(scores.shape[-1], window, valid_lens).expand(scores.shape).any(-1)
+    return bool((nan.all(-1) == ~seen).all() and (nan.any(-1) == ~seen).all())
+
+
+_SLIDING_WINDOW_MISTAKES = {
+    "Your queries see window + 1 keys: query i sees keys i - window + 1 .. i, window of them, "
+    "itself included.": partial(_wrong_sliding_window, band="one too wide"),
+    "Your queries see window - 1 keys: query i sees keys i - window + 1 .. i, window of them, "
+    "itself included.": partial(_wrong_sliding_window, band="one too narrow"),
+    "Your queries do not see themselves: query i sees keys i - window + 1 .. i, itself included.":
+        partial(_wrong_sliding_window, band="not itself"),
+    "Your queries see keys after themselves: in causal attention query i sees no key j > i.":
+        partial(_wrong_sliding_window, band="both sides"),
+    "Your queries see every earlier key: the window limits them to the last window keys, "
+    "i - window + 1 .. i.": partial(_wrong_sliding_window, band="no window"),
+    "Your window stays at the start of the sequence: it slides with the query, keys "
+    "i - window + 1 .. i.": partial(_wrong_sliding_window, band="from the start"),
+    "Your weights ignore valid_lens: keys at or beyond a valid length are padding and get weight "
+    "0.": partial(_wrong_sliding_window, lens="ignored"),
+    "Your valid lengths hide queries, not keys: a valid length says how many keys a query may "
+    "see, counted from key 0.": partial(_wrong_sliding_window, lens="queries"),
+    "Your weights hold NaN where a query sees no key (softmax of a row of -inf): such a row must "
+    "be all 0.": (partial(_wrong_sliding_window, fill="-inf"), Symptom(_nan_where_nothing_is_seen)),
+    "Your weights spread a query that sees no key evenly over all keys (a finite fill, and no "
+    "zeros after the softmax): such a row must be all 0.": partial(_wrong_sliding_window,
+                                                                  fill="finite"),
+    "Each column of your weights sums to 1, over the queries: each query's weights must sum to 1 "
+    "over the keys it sees.": (partial(_wrong_sliding_window, axis=-2),
+                               Symptom(lambda result, *args: _columns_sum_to_one(result))),
 }
 
 
-def check_causal_lens(fn: Callable, seed: int = 0, hint: int = 1, *,
-                      verbose: bool = False) -> None:
-    """fn(batch_size, num_queries) -> valid lengths (B, T_q) under which d2lh.masked_softmax lets
-    query i see keys 0 .. i only. Compared through the weights masked_softmax gives equal scores."""
-
+def check_sliding_window_weights(fn: Callable, seed: int = 0, hint: int = 1, *,
+                                 verbose: bool = False) -> None:
+    """fn(scores (B, T, T), window, valid_lens) -> weights (B, T, T) of causal sliding-window
+    self-attention: query i sees keys i - window + 1 .. i that lie before the valid length
+    (valid_lens None, (B,) or (B, T)); softmax over the keys it sees, 0 elsewhere, and a row of 0
+    where it sees none."""
     generator = seeded_generator(seed)
-    sizes = [(2, 5), (1, 1), (3, 4)]
-    sizes += [(s["B"], s["T"]) for s in random_sizes(generator, 2, B=(1, 4), T=(1, 9))]
-    cases = [(f"B={B}, T_q={T}" + (" (a single query)" if T == 1 else ""), (B, T))
-             for B, T in sizes]
+    fixed = [("padding: queries beyond a length see no key", 2, 6, 3, [6, 2]),
+             ("no valid_lens", 2, 5, 2, None),
+             ("a window as long as the sequence: the causal mask", 1, 5, 5, None),
+             ("window 1: a query sees itself only", 2, 4, 1, [4, 3]),
+             ("one valid length per query, some 0", 2, 5, 3, "per query"),
+             ("a window longer than the sequence, float64", 2, 4, 10, [3, 4])]
+    random = [(s, random_choice(generator, (None, "per sequence", "per query")))
+              for s in random_sizes(generator, 2, B=(1, 3), T=(1, 7), window=(1, 8))]
+    fixed += [("", s["B"], s["T"], s["window"], kind) for s, kind in random]
+    entries = []
+    for what, B, T, window, lens in fixed:
+        dtype = torch.float64 if "float64" in what else torch.float32
+        scores = 2 * randn(generator, B, T, T, dtype=dtype)
+        if lens == "per query":
+            lens = randint(generator, 0, T, (B, T))
+        elif lens == "per sequence":
+            lens = randint(generator, 1, T, (B,))
+        elif lens is not None:
+            lens = torch.tensor(lens)
+        entries.append((what, (scores, window, lens)))
+    cases = labelled(entries, lambda scores, window, lens: (
+        f"scores {tuple(scores.shape)}, window {window}, "
+        + ("no valid_lens" if lens is None else f"valid_lens {tuple(lens.shape)}")))
 
-    def weights(lengths, B, T):  # equal scores: uniform weights over the keys each query sees
-        return masked_softmax(torch.zeros(B, T, T), lengths)
+    run_check("sliding_window_weights", fn, cases, _wrong_sliding_window,  # at its right values
+              mistakes=_SLIDING_WINDOW_MISTAKES, verbose=verbose,
+              hints=("Draw the mask of one sequence on paper first, for T = 5 and window 2: which "
+                     "keys does query 0 see, and query 4? Then add the padding. What must a row "
+                     "that sees no key give?",
+                     "mask[b, i, j] = (j <= i) & (j > i - window) & (j < length), the length of "
+                     "sequence b (valid_lens (B,)) or of its query i (valid_lens (B, T)); fill the "
+                     "masked scores with torch.finfo(scores.dtype).min, take the softmax over the "
+                     "last axis, then set the masked weights to exactly 0."),
+              hint=hint)
 
-    run_check("causal_lens (through d2lh.masked_softmax)", fn, cases,
-              reference=causal_valid_lens,  # (B, T): query i sees keys 0..i
-              compare_through=("passed to d2lh.masked_softmax as valid lengths", weights),
-              hints=("A valid length counts the keys a query may see, starting from key 0. How "
-                     "many keys may query 0 see? And query 1?",
-                     "query i sees keys 0..i, so its valid length is i + 1: lengths 1, 2, ..., "
-                     "T_q for every sequence, shape (B, T_q)."),
-              hint=hint, mistakes=_CAUSAL_LENS_MISTAKES, verbose=verbose)
+
+# Sparsemax: the classic mistakes, each as the function that makes it -----------------------------
+
+def _wrong_sparsemax(scores, order="descending", ks="from 1", support="k(z)", clip=True,
+                     normalise="sparsemax", axis=-1):
+    """Sparsemax over ``axis``, right by default; every other value of an argument is a classic
+    mistake. ks: "index" reads the sum of the k(z) largest scores one place too far; support:
+    which scores the threshold tau averages ("k(z)": the support's; "all": every score)."""
+    if axis != -1:
+        return _wrong_sparsemax(scores.transpose(axis, -1), order, ks, support, clip,
+                                normalise).transpose(axis, -1)
+    if normalise == "softmax":
+        return torch.softmax(scores, dim=-1)
+    if normalise == "ReLU / sum":
+        relu = torch.relu(scores)
+        return relu / relu.sum(dim=-1, keepdim=True)
+    T = scores.shape[-1]
+    if support == "all":
+        tau = (scores.sum(dim=-1, keepdim=True) - 1) / T
+    else:
+        z = {"descending": lambda: scores.sort(dim=-1, descending=True).values,
+             "ascending": lambda: scores.sort(dim=-1).values,
+             "unsorted": lambda: scores}[order]()
+        k = torch.arange(1, T + 1, dtype=scores.dtype)  # 1, ..., T
+        cumulative = z.cumsum(dim=-1)
+        size = (1 + k * z > cumulative).sum(dim=-1, keepdim=True)  # k(z): a prefix holds it
+        tau = (cumulative.gather(-1, size - 1 if ks == "from 1" else size) - 1) / size
+    return torch.relu(scores - tau) if clip else scores - tau
 
 
-MISTAKES = {"check_multiplicative_scores": _MULTIPLICATIVE_SCORES_MISTAKES,
-            "check_causal_lens": _CAUSAL_LENS_MISTAKES}  # the catalogues, for the tests
+_SPARSEMAX_MISTAKES = {
+    "Your weights are a softmax: sparsemax gives exact zeros to the keys far below the best.":
+        partial(_wrong_sparsemax, normalise="softmax"),
+    "Your weights are ReLU / sum of section 7: sparsemax subtracts a threshold tau from the scores "
+    "before clipping at 0.": partial(_wrong_sparsemax, normalise="ReLU / sum"),
+    "Your scores are not sorted: k(z) and tau come from the scores in decreasing order.":
+        partial(_wrong_sparsemax, order="unsorted"),
+    "Your tau adds up one sorted score too many: the sum runs over the k(z) largest scores, whose "
+    "last sits at index k(z) - 1.": partial(_wrong_sparsemax, ks="index"),
+    "Your tau averages all the scores (as it does when they are sorted in increasing order): it "
+    "averages the k(z) largest only, the support, found with the scores in decreasing order.": (
+        partial(_wrong_sparsemax, support="all"), partial(_wrong_sparsemax, order="ascending")),
+    "Your weights go negative: sparsemax clips z - tau at 0 (the weights are max(z - tau, 0)).":
+        partial(_wrong_sparsemax, clip=False),
+    "Your weights are normalised over another axis than the last: each query's weights sum to 1 "
+    "over the keys.": partial(_wrong_sparsemax, axis=-2),
+}
+
+
+def check_sparsemax(fn: Callable, seed: int = 0, hint: int = 1, *, verbose: bool = False) -> None:
+    """fn(scores (..., T_k)) -> weights of the same shape: sparsemax over the last axis,
+    max(z - tau, 0) with tau = (z_(1) + ... + z_(k) - 1) / k for k = k(z), the largest k with
+    1 + k z_(k) > z_(1) + ... + z_(k), z_(1) >= z_(2) >= ... the sorted scores."""
+    generator = seeded_generator(seed)
+
+    def draw(*shape, scale=2.0, dtype=torch.float32):
+        return scale * randn(generator, *shape, dtype=dtype)
+
+    entries = [("", draw(2, 3, 5)),
+               ("one score far above the others: one-hot", torch.tensor([[[0.0, 5.0, 1.0, -2.0]]])),
+               ("equal scores: uniform", torch.zeros(1, 2, 4)),
+               ("two tied at the top", torch.tensor([[[3.0, 0.0, 3.0, -1.0, 1.0]]])),
+               ("a single key", draw(2, 3, 1)),
+               ("scores shifted by 10: the same weights", draw(2, 2, 6) + 10),
+               ("heads on an axis of their own, float64", draw(2, 2, 3, 6, dtype=torch.float64))]
+    scales = random_floats(generator, 2, low=0.2, scale=3)
+    entries += [("", draw(s["B"], s["T_q"], s["T_k"], scale=c)) for s, c in
+                zip(random_sizes(generator, 2, B=(1, 3), T_q=(1, 4), T_k=(2, 8)), scales)]
+    cases = labelled([(what, (scores,)) for what, scores in entries],
+                     lambda scores: f"scores {tuple(scores.shape)}")
+
+    run_check("sparsemax", fn, cases, _wrong_sparsemax,  # every argument at its right value
+              mistakes=_SPARSEMAX_MISTAKES, verbose=verbose,
+              hints=("Work one row by hand first, e.g. scores [3, 0, 3, -1, 1]: sort them, find "
+                     "k(z), then tau. Which scores does tau average?",
+                     "z = scores.sort(dim=-1, descending=True).values; k = 1, ..., T as a tensor; "
+                     "k(z) = (1 + k * z > z.cumsum(-1)).sum(-1, keepdim=True) (the condition "
+                     "holds for a prefix); tau = (z.cumsum(-1).gather(-1, k(z) - 1) - 1) / k(z); "
+                     "return (scores - tau).clamp(min=0)."),
+              hint=hint)
+
+
+MISTAKES = {"check_sliding_window_weights": _SLIDING_WINDOW_MISTAKES,
+            "check_sparsemax": _SPARSEMAX_MISTAKES}  # the catalogues, for the tests

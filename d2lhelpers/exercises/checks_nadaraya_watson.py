@@ -1,5 +1,6 @@
-"""The checks of notebook 02_nadaraya_watson's coding exercises: pooling with a Laplace kernel, and
-the leave-one-out error of Gaussian kernel regression."""
+"""The checks of notebook 02_nadaraya_watson's coding exercises: Gaussian kernel regression on
+inputs of several features as the package's dot-product attention, and the leave-one-out error of
+Gaussian kernel regression."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from functools import partial
 
 import torch
 
+from ..attention import DotProductAttention
 from .cases import labelled, randn, random_floats, random_sizes, seeded_generator
 from .runner import Symptom, run_check
 
-__all__ = ['check_laplace_pooling', 'check_loo_error']
+__all__ = ['check_kernel_as_attention', 'check_loo_error']
 
 
 def _regression_data(generator, n: int, dtype=torch.float32):
@@ -21,106 +23,110 @@ def _regression_data(generator, n: int, dtype=torch.float32):
         randn(generator, n, dtype=dtype)
 
 
-# The classic mistakes, each as the function that makes it ----------------------------------------
+# Gaussian kernel regression as dot-product attention: the classic mistakes ----------------------
 
-def _kernel_scores(queries, keys, width, kernel="laplace"):
-    """(n_q, n_k) scores whose softmax over the keys gives the kernel's weights; every kernel but
-    "laplace" is a classic mistake."""
-    distances = queries[:, None] - keys[None, :]  # (n_q, n_k)
-    return {"laplace": lambda: -distances.abs() / width,
-            "squared": lambda: -(distances / width) ** 2,
-            "gaussian": lambda: -(distances / width) ** 2 / 2,
-            "squared over width": lambda: -distances ** 2 / width,
-            "squared over 2 width": lambda: -distances ** 2 / (2 * width),
-            "times width": lambda: -distances.abs() * width,
-            "no minus": lambda: distances.abs() / width,
-            "signed": lambda: -distances / width,
-            "signed the other way": lambda: distances / width,
-            "width squared": lambda: -distances.abs() / width ** 2,
-            "no width": lambda: -distances.abs(),
-            "gaussian times width": lambda: -(distances * width) ** 2 / 2,
-            "gaussian without width": lambda: -distances ** 2 / 2,
-            "gaussian width squared": lambda: -(distances / width ** 2) ** 2 / 2,
-            "gaussian half inside": lambda: -(distances / (2 * width)) ** 2}[kernel]()
+def _wrong_kernel_as_attention(queries, keys, width, root="D", power=2, norm="-1/2"):
+    """Queries (n_q, D) and keys (n_k, D), D = d + 1, under which d2lh.DotProductAttention gives
+    the weights of the Gaussian kernel of this width; right by default, every other value of an
+    argument is a classic mistake. root: what the keys are multiplied by to cancel the layer's
+    division by sqrt(D); power: of the width; norm: the factor of |key|^2 in the extra feature
+    (None: no extra feature)."""
+    n_q, d = queries.shape
+    D = d + (norm is not None)
+    factor = {"D": math.sqrt(D), "2": math.sqrt(2), "none": 1.0}[root] / width ** power
+    if norm is None:
+        return queries, factor * keys
+    squared = (keys ** 2).sum(dim=1, keepdim=True)  # (n_k, 1)
+    q = torch.cat([queries, torch.ones(n_q, 1, dtype=queries.dtype)], dim=1)  # (n_q, D)
+    k = factor * torch.cat([keys, {"-1/2": -0.5, "+1/2": 0.5, "-1": -1.0}[norm] * squared], dim=1)
+    return q, k
 
 
-def _wrong_laplace_pooling(queries, keys, values, width, kernel="laplace", normalise="keys",
-                           pool=True):
-    scores = _kernel_scores(queries, keys, width, kernel)
-    weights = {"keys": lambda: torch.softmax(scores, dim=1),
-               "queries": lambda: torch.softmax(scores, dim=0),
-               "all": lambda: torch.softmax(scores.flatten(), dim=0).reshape(scores.shape),
-               "none": lambda: torch.exp(scores),
-               # each row's sum without keepdim: column j divided by row j's sum
-               "row sums broadcast": lambda: torch.exp(scores) / torch.exp(scores).sum(dim=1)}[
-        normalise]()
-    if pool == "over the queries":  # each key's value weighted by every query, summed
-        return (weights * values).sum(dim=0)
-    return weights @ values if pool else weights
+def _attention_weights(result, queries, keys, width):
+    """The weights (n_q, n_k) that d2lh.DotProductAttention gives with the queries and keys of
+    ``result``."""
+    q, k = result
+    attention = DotProductAttention()
+    attention(q[None], k[None], torch.zeros(1, k.shape[0], 1, dtype=k.dtype))
+    return attention.attention_weights[0]
 
 
-_LAPLACE_POOLING_MISTAKES = {
-    "Your kernel squares the distance, as the Gaussian does: the Laplace kernel uses its absolute "
-    "value.": tuple(partial(_wrong_laplace_pooling, kernel=k)
-                    for k in ("squared", "gaussian", "squared over width",
-                                                             "squared over 2 width")),
-    "Your weights are normalised over the queries (each column sums to 1): each query's weights "
-    "must sum to 1 over the keys.": partial(_wrong_laplace_pooling, normalise="queries"),
-    "Your weights sum to 1 over the whole matrix: each query's weights must sum to 1 over the "
-    "keys, on their own.": partial(_wrong_laplace_pooling, normalise="all"),
-    "Your weights are not normalised: each query's weights must sum to 1 over the keys.":
-        partial(_wrong_laplace_pooling, normalise="none"),
-    "Your distances are multiplied by the width: the kernel divides them by it.":
-        partial(_wrong_laplace_pooling, kernel="times width"),
-    "Your kernel grows with the distance: the exponent needs its minus sign, so that nearer keys "
-    "weigh more.": partial(_wrong_laplace_pooling, kernel="no minus"),
-    "Your kernel uses the signed distance: the Laplace kernel uses its absolute value, so that a "
-    "key on either side of the query weighs the same.": (
-        partial(_wrong_laplace_pooling, kernel="signed"),
-        partial(_wrong_laplace_pooling, kernel="signed the other way")),
-    "Your distances are divided by the width squared: the Laplace kernel divides them by the width "
-    "itself.": partial(_wrong_laplace_pooling, kernel="width squared"),
-    "Your kernel ignores the width: the distances are divided by it, so that a wider kernel "
-    "reaches further.": partial(_wrong_laplace_pooling, kernel="no width"),
-    "Your predictions sum over the queries, one per key: each query's prediction is the weighted "
-    "sum of the values over the keys.": partial(_wrong_laplace_pooling, pool="over the queries"),
-    "You return the weights (n_q, n_k), not the predictions: each prediction is the weighted "
-    "average of the values.": partial(_wrong_laplace_pooling, pool=False),
-    "Your row sums lost their axis (a sum without keepdim): dividing by them divides column j by "
-    "row j's sum; each row must be divided by its own sum.":
-        partial(_wrong_laplace_pooling, normalise="row sums broadcast"),
+def _returns_weights(result, queries, keys, width) -> bool:
+    """Whether the learner returned one tensor of the weights' shape (n_q, n_k)."""
+    return (isinstance(result, torch.Tensor)
+            and tuple(result.shape) == (queries.shape[0], keys.shape[0]))
+
+
+_KERNEL_AS_ATTENTION_MISTAKES = {
+    "You return the weights themselves: the exercise asks for queries and keys, (q, k), that give "
+    "them in d2lh.DotProductAttention.": Symptom(_returns_weights),
+    "Your keys do not cancel the layer's division by sqrt(D), D being the width of your queries "
+    "and keys (d + 1 here): multiply them by sqrt(D).": partial(_wrong_kernel_as_attention,
+                                                                root="none"),
+    "Your keys are multiplied by sqrt(2), as in section 3 where the inputs had one feature: the "
+    "layer divides by sqrt(D), D = d + 1 for inputs of d features.": partial(
+        _wrong_kernel_as_attention, root="2"),
+    "Your scores ignore the width: the kernel's exponent is -|x - x_i|^2 / (2 width^2).":
+        partial(_wrong_kernel_as_attention, power=0),
+    "Your scores are divided by the width, not by its square: the kernel's exponent is "
+    "-|x - x_i|^2 / (2 width^2).": partial(_wrong_kernel_as_attention, power=1),
+    "Your scores lack the key's own term -|x_i|^2 / 2, so they favour long keys, as a dot product "
+    "does, not near ones (a term of the query alone would change nothing).":
+        partial(_wrong_kernel_as_attention, norm=None),
+    "Your keys' extra feature is +|x_i|^2 / 2: expanding -|x - x_i|^2 / 2 gives x . x_i - |x_i|^2 "
+    "/ 2, minus a term of the query alone.": partial(_wrong_kernel_as_attention, norm="+1/2"),
+    "Your keys' extra feature is -|x_i|^2, without the 1/2: expanding -|x - x_i|^2 / 2 gives x . "
+    "x_i - |x_i|^2 / 2.": partial(_wrong_kernel_as_attention, norm="-1"),
 }
 
 
-def check_laplace_pooling(fn: Callable, seed: int = 0, hint: int = 1, *,
-                          verbose: bool = False) -> None:
-    """fn(queries (n_q,), keys (n_k,), values (n_k,), width) -> predictions (n_q,), with weights
-    proportional to exp(-|query - key| / width), normalised over the keys."""
+def check_kernel_as_attention(fn: Callable, seed: int = 0, hint: int = 1, *,
+                              verbose: bool = False) -> None:
+    """fn(queries (n_q, d), keys (n_k, d), width) -> (q (n_q, D), k (n_k, D)) with which
+    d2lh.DotProductAttention's weights, softmax(q k^T / sqrt(D)), are those of the Gaussian
+    kernel, softmax over the keys of -|x - x_i|^2 / (2 width^2). Any such q and k pass: they are
+    judged by the weights they give."""
     generator = seeded_generator(seed)
-    fixed = [("", 5, 7, 1.0, torch.float32), ("a single query", 1, 3, 0.1, torch.float32),
-             ("a single key", 4, 1, 2.0, torch.float32), ("no queries", 0, 3, 1.0, torch.float32),
-             ("float64", 6, 5, 0.5, torch.float64)]
-    widths = random_floats(generator, 2, low=0.2, scale=2)
-    random = [("", s["n_q"], s["n_k"], w, torch.float32)
-              for s, w in zip(random_sizes(generator, 2, n_q=(1, 8), n_k=(1, 8)), widths)]
-    entries = [(what, (5 * torch.rand(n_q, generator=generator, dtype=dtype),
-                       *_regression_data(generator, n_k, dtype), width))
-               for what, n_q, n_k, width, dtype in fixed + random]
-    cases = labelled(entries, lambda queries, keys, values, width:
-                     f"{len(queries)} queries, {len(keys)} keys, width {width:.2f}")
+    fixed = [("", 6, 5, 2, 1.0, torch.float32),
+             ("one feature, as in section 3", 4, 7, 1, 0.5, torch.float32),
+             ("a single key", 3, 1, 3, 1.0, torch.float32),
+             ("a single query", 1, 6, 2, 2.0, torch.float32),
+             ("a narrow kernel, float64", 5, 8, 3, 0.2, torch.float64)]
+    widths = random_floats(generator, 2, low=0.5, scale=2)
+    random = [("", s["n_q"], s["n_k"], s["d"], w, torch.float32) for s, w in
+              zip(random_sizes(generator, 2, n_q=(1, 6), n_k=(1, 8), d=(1, 4)), widths)]
+    entries = [(what, (5 * torch.rand(n_q, d, generator=generator, dtype=dtype),
+                       5 * torch.rand(n_k, d, generator=generator, dtype=dtype), width))
+               for what, n_q, n_k, d, width, dtype in fixed + random]
+    cases = labelled(entries, lambda queries, keys, width:
+                     f"queries {tuple(queries.shape)}, keys {tuple(keys.shape)}, width {width:.2f}")
 
-    def reference(queries, keys, values, width):
-        # (n_q, 1) - (1, n_k) -> (n_q, n_k): softmax over the keys is exp(-|.|/w) normalised
-        return torch.softmax(-(queries[:, None] - keys[None, :]).abs() / width, dim=1) @ values
-
-    run_check("laplace_pooling", fn, cases, reference, mistakes=_LAPLACE_POOLING_MISTAKES,
-              verbose=verbose,
-              hints=("Read the kernel's formula again: absolute value or square? And whose "
-                     "weights must sum to 1, a query's or a key's?",
-                     "distances queries[:, None] - keys[None, :] have shape (n_q, n_k); the "
-                     "weights are exp(-|distance| / width) (absolute value, not squared), "
-                     "normalised so that each query's weights (each row) sum to 1."),
+    run_check("kernel_as_attention (through d2lh.DotProductAttention)", fn, cases,
+              reference=_wrong_kernel_as_attention,  # every argument at its right value
+              compare_through=("used as the queries and keys of d2lh.DotProductAttention",
+                               _attention_weights),
+              mistakes=_KERNEL_AS_ATTENTION_MISTAKES, verbose=verbose,
+              hints=("Expand -|x - x_i|^2 / (2 width^2): which part depends on both x and x_i, "
+                     "which on x_i alone, which on x alone? A softmax does not see a term that is "
+                     "the same for every key. And what does the layer do to q . k?",
+                     "-|x - x_i|^2 / 2 = x . x_i - |x_i|^2 / 2 - |x|^2 / 2, and the last term is "
+                     "the same for every key: take q = (x, 1) and k = c (x_i, -|x_i|^2 / 2), one "
+                     "feature more than the inputs (D = d + 1), with c = sqrt(D) / width^2 to "
+                     "cancel the layer's 1 / sqrt(D) and to put the width in."),
               hint=hint)
+
+
+# The leave-one-out error: the classic mistakes, each as the function that makes it --------------
+
+def _kernel_scores(queries, keys, width, kernel="gaussian"):
+    """(n_q, n_k) scores whose softmax over the keys gives the kernel's weights; every kernel but
+    "gaussian" is a classic mistake."""
+    distances = queries[:, None] - keys[None, :]  # (n_q, n_k)
+    return {"gaussian": lambda: -(distances / width) ** 2 / 2,
+            "squared": lambda: -(distances / width) ** 2,
+            "squared over width": lambda: -distances ** 2 / width,
+            "squared over 2 width": lambda: -distances ** 2 / (2 * width),
+            "laplace": lambda: -distances.abs() / width}[kernel]()
 
 
 def _wrong_loo_error(x, y, width, leave_out="mask", kernel="gaussian", axis=1, error="mean"):
@@ -168,11 +174,6 @@ _LOO_ERROR_MISTAKES = {
                 partial(_wrong_loo_error, error="signed sum")),
     "Your error is the mean absolute error: the exercise asks for the mean of the squared "
     "errors.": partial(_wrong_loo_error, error="absolute"),
-    "Your kernel scales the squared distance by another factor than 1 / (2 width^2): the "
-    "Gaussian kernel is -((x_i - x_j) / width)^2 / 2.": tuple(
-        partial(_wrong_loo_error, kernel=kernel)
-        for kernel in ("gaussian times width", "gaussian without width", "gaussian width squared",
-                       "gaussian half inside")),
 }
 
 
@@ -206,5 +207,5 @@ def check_loo_error(fn: Callable, seed: int = 0, hint: int = 1, *,
               hint=hint)
 
 
-MISTAKES = {"check_laplace_pooling": _LAPLACE_POOLING_MISTAKES,
+MISTAKES = {"check_kernel_as_attention": _KERNEL_AS_ATTENTION_MISTAKES,
             "check_loo_error": _LOO_ERROR_MISTAKES}  # the catalogues, for the tests

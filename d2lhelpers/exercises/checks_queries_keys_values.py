@@ -1,5 +1,6 @@
-"""The checks of notebook 01_queries_keys_values's coding exercises: self-attention in NumPy, and
-the largest weight of each query under a factor on the scores."""
+"""The checks of notebook 01_queries_keys_values's coding exercises: a batched lookup whose
+temperature runs from the hard lookup (0) to average pooling (infinity), and attention between two
+sequences as a module."""
 
 from __future__ import annotations
 
@@ -7,232 +8,258 @@ import math
 from collections.abc import Callable
 from functools import partial
 
-import numpy as np
 import torch
 
-from ..attention import DotProductAttention, masked_softmax
-from .cases import randn, random_floats, random_sizes, seeded_generator
+from ..attention import DotProductAttention
+from .cases import (labelled, load_linear_weights, randint, randn, random_floats, random_sizes,
+                    seeded_generator)
 from .runner import Symptom, run_check
 
-__all__ = ['check_self_attention', 'check_max_weights']
-
-
-# The classic mistakes, each as the function that makes it ----------------------------------------
-
-def _softmax(scores: torch.Tensor, axis) -> torch.Tensor:
-    """Softmax over ``axis`` (None: over the whole matrix)."""
-    if axis is None:
-        return torch.softmax(scores.flatten(), dim=0).reshape(scores.shape)
-    return torch.softmax(scores, dim=axis)
-
-
-def _weights(Q, K, scale="d", axis=1, normalise="softmax", transpose=False):
-    """Attention weights of queries Q (n, d) over keys K (m, d), right by default; every other
-    value of an argument is a classic mistake. scale: what the scores are divided by."""
-    n, d = Q.shape
-    scores = K @ Q.T if transpose else Q @ K.T  # (n, m); transposed: (m, n)
-    divisor = {"d": math.sqrt(d), "none": 1.0, "d itself": d, "times": 1 / math.sqrt(d),
-               "tokens": math.sqrt(n), "keys": math.sqrt(K.shape[0])}.get(scale, scale)
-    scores = scores / divisor
-    if normalise == "softmax":
-        return _softmax(scores, axis)
-    if normalise == "exp":
-        return torch.exp(scores)
-    if normalise == "sigmoid":
-        return torch.sigmoid(scores)
-    return scores  # no normalisation at all
-
-
-def _wrong_self_attention(X, W_q, W_k, W_v, swap=False, project_values=True, keys_with="W_k",
-                          queries_with="W_q", transpose_weights=False, values_with="W_v",
-                          **weights):
-    X, W_q, W_k, W_v = (torch.from_numpy(a) for a in (X, W_q, W_k, W_v))
-    named = {"W_q": W_q, "W_k": W_k, "W_v": W_v}
-    Q, K = X @ named[queries_with], X @ named[keys_with]
-    if weights.get("scale") == "input width":
-        weights["scale"] = math.sqrt(X.shape[1])
-    elif weights.get("scale") == "values width":
-        weights["scale"] = math.sqrt(W_v.shape[1])
-    A = _weights(Q, K, **weights)
-    V = X @ named[values_with] if project_values else X
-    Z = (A.T if transpose_weights else A) @ V
-    return (A, Z) if swap else (Z, A)
-
-
-def _scaled_otherwise(weights, Q, K) -> bool:
-    """Whether ``weights`` are the softmax over the keys of the scores Q K^T times some factor
-    other than 1/sqrt(d) (d = Q's width), the same for every query."""
-    A, scores = torch.as_tensor(weights).double(), torch.as_tensor(Q @ K.T).double()
-    if A.shape != scores.shape or A.shape[1] < 2 or not bool((A > 0).all()):
-        return False
-    spread = scores - scores.mean(dim=1, keepdim=True)  # log A = factor * scores + a row's constant
-    logs = A.log() - A.log().mean(dim=1, keepdim=True)
-    if float((spread ** 2).sum()) < 1e-12:
-        return False
-    factor = float((logs * spread).sum() / (spread ** 2).sum())
-    right = 1 / math.sqrt(Q.shape[1])
-    return (not math.isclose(factor, right, rel_tol=1e-3)
-            and torch.allclose(A, torch.softmax(factor * scores, dim=1), atol=1e-6, rtol=1e-4))
+__all__ = ['check_lookup', 'check_cross_attention']
 
 
 def _columns_sum_to_one(weights) -> bool:
-    """Whether each column of a square matrix of weights sums to 1 while its rows do not."""
+    """Whether each column of the weights (..., T_q, T_k) sums to 1 over the queries while the
+    rows do not sum to 1 over the keys."""
     A = torch.as_tensor(weights).double()
-    ones = torch.ones(A.shape[0], dtype=A.dtype)
-    return (A.dim() == 2 and A.shape[0] == A.shape[1] > 1 and torch.allclose(A.sum(0), ones)
-            and not torch.allclose(A.sum(1), ones))
+    return (A.dim() >= 2 and A.shape[-2] > 1 and A.shape[-1] > 1
+            and torch.allclose(A.sum(-2), torch.ones_like(A.sum(-2)))
+            and not torch.allclose(A.sum(-1), torch.ones_like(A.sum(-1))))
 
 
-_SELF_ATTENTION_MISTAKES = {
-    "Your scores are not scaled: by what does scaled dot-product attention divide them before "
-    "the softmax?": partial(_wrong_self_attention, scale="none"),
-    "Your scores are divided by the square root of the input width d_in; the scale is the width "
-    "d of the queries and keys.": partial(_wrong_self_attention, scale="input width"),
-    "Your scores are divided by the square root of the values' width d_v; the scale is the "
-    "width d of the queries and keys.": partial(_wrong_self_attention, scale="values width"),
-    "Your scores are divided by d itself, not by its square root.":
-        partial(_wrong_self_attention, scale="d itself"),
-    "Your scores are multiplied by sqrt(d) where they should be divided by it.":
-        partial(_wrong_self_attention, scale="times"),
-    "Your scores are divided by the square root of the number of tokens n; the scale is the width "
-    "d of the queries and keys.": partial(_wrong_self_attention, scale="tokens"),
-    "Each column of your weights sums to 1, over the queries: each query's row must sum to 1 over "
-    "the keys. Which axis does your softmax normalise?": (
-        partial(_wrong_self_attention, axis=0),
-        Symptom(lambda result, *args: _columns_sum_to_one(result[1]))),
-    "Your weights sum to 1 over the whole matrix; each query's row must sum to 1 on its own.":
-        partial(_wrong_self_attention, axis=None),
-    "Your weights are the raw scores: the softmax that turns each row into weights summing to 1 "
-    "is missing.": partial(_wrong_self_attention, normalise="none"),
-    "Your weights are exponentiated scores that do not sum to 1: the softmax also divides each "
-    "row by its sum.": partial(_wrong_self_attention, normalise="exp"),
-    "Your weights come from a sigmoid, which does not make each row sum to 1: attention uses a "
-    "softmax.": partial(_wrong_self_attention, normalise="sigmoid"),
-    "Your scores are transposed (keys times queries): row i must hold query i's scores against "
-    "every key.": partial(_wrong_self_attention, transpose=True),
+# The lookup with a temperature: the classic mistakes, each as the function that makes it ---------
+
+def _hard_weights(scores: torch.Tensor, ties="share") -> torch.Tensor:
+    """The limit of the softmax of scores / t as t falls to 0: equal weights on the keys of the
+    largest score of each row ("share"); the mistakes: "first" (one-hot at the first of them) and
+    "unnormalised" (1 on each of them)."""
+    if ties == "first":
+        return torch.nn.functional.one_hot(scores.argmax(-1), scores.shape[-1]).to(scores.dtype)
+    top = (scores == scores.amax(-1, keepdim=True)).to(scores.dtype)
+    return top if ties == "unnormalised" else top / top.sum(-1, keepdim=True)
+
+
+def _wrong_lookup(queries, keys, values, temperature, use="divides", scale="sqrt d", zero="limit",
+                  axis=-1, order="outputs first"):
+    """The lookup, right by default; every other value of an argument is a classic mistake.
+    use: what the temperature does to the scores; scale: what else divides them; zero: what
+    temperature 0 gives ("limit": the hard lookup, "formula": the scores divided by 0, "first",
+    "unnormalised": see _hard_weights); axis: that of the softmax."""
+    d = queries.shape[-1]
+    scores = queries @ keys.transpose(-2, -1)  # (B, T_q, T_k)
+    if temperature == 0 and zero != "formula" and use in ("divides", "inside the root"):
+        weights = _hard_weights(scores, ties="share" if zero == "limit" else zero)
+    else:
+        divisor = {"sqrt d": math.sqrt(d), "none": 1.0}[scale]
+        if use == "divides":
+            scores = scores / (temperature * divisor)
+        elif use == "inside the root":
+            scores = scores / math.sqrt(temperature * d)
+        elif use == "multiplies":
+            scores = scores * temperature / divisor
+        else:  # the temperature ignored
+            scores = scores / divisor
+        weights = torch.softmax(scores, dim=axis)
+    outputs = weights @ values  # (B, T_q, d_v)
+    return (outputs, weights) if order == "outputs first" else (weights, outputs)
+
+
+def _divided_by_zero(result, queries, keys, values, temperature) -> bool:
+    """Whether the learner's function, at temperature 0, raised ZeroDivisionError or returned
+    NaN weights."""
+    if temperature != 0:
+        return False
+    if isinstance(result, ZeroDivisionError):
+        return True
+    return isinstance(result, (tuple, list)) and len(result) == 2 and bool(
+        torch.as_tensor(result[1]).isnan().any())
+
+
+_LOOKUP_MISTAKES = {
+    "At temperature 0 your function divides by 0 (NaN weights, or ZeroDivisionError): temperature "
+    "0 is the limit of the softmax as the temperature falls to 0, a case of its own.": (
+        partial(_wrong_lookup, zero="formula"), Symptom(_divided_by_zero)),
+    "At temperature 0 your weights put 1 on a single key where several keys share the largest "
+    "score: in the limit, tied keys share the weight equally.": partial(_wrong_lookup,
+                                                                       zero="first"),
+    "At temperature 0 your weights give 1 to each key of the largest score: when several keys tie, "
+    "the row no longer sums to 1; they share it.": partial(_wrong_lookup, zero="unnormalised"),
+    "Your temperature multiplies the scores: it divides them, so that a low temperature sharpens "
+    "the weights and a high one flattens them.": partial(_wrong_lookup, use="multiplies"),
+    "Your function ignores the temperature: the scores are divided by it.":
+        partial(_wrong_lookup, use="ignored"),
+    "Your scores are divided by sqrt(temperature * d): the temperature divides them as it is, and "
+    "sqrt(d) on top of it.": partial(_wrong_lookup, use="inside the root"),
+    "Your scores are not divided by sqrt(d): the lookup is scaled dot-product attention at "
+    "temperature 1, softmax(Q K^T / (temperature sqrt(d))).": (
+        partial(_wrong_lookup, scale="none"), partial(_wrong_lookup, scale="none",
+                                                      zero="formula")),
+    "Each column of your weights sums to 1, over the queries: each query's weights must sum to 1 "
+    "over the keys. Which axis does your softmax normalise?": (
+        partial(_wrong_lookup, axis=-2), Symptom(lambda result, *args: _columns_sum_to_one(
+            result[1]))),
+    "You return (weights, outputs): the exercise asks for the outputs first, (outputs, weights).":
+        partial(_wrong_lookup, order="weights first"),
+}
+
+
+def _lookup_cases(generator) -> list[tuple[str, tuple]]:
+    """(description, (queries, keys, values, temperature)) cases of check_lookup."""
+    def draw(B, T_q, T_k, d, d_v, dtype=torch.float32, whole=False):
+        if whole:  # whole numbers: scores tie exactly
+            Q, K = randint(generator, -2, 2, (B, T_q, d)), randint(generator, -2, 2, (B, T_k, d))
+            best = (Q[:, :1] @ K[:, :-1].transpose(1, 2))[:, 0].argmax(-1)  # (B,): query 0's
+            K[:, -1] = K[torch.arange(B), best]  # its best key twice: a tie at the top
+            Q, K = Q.to(dtype), K.to(dtype)
+        else:
+            Q = randn(generator, B, T_q, d, dtype=dtype)
+            K = randn(generator, B, T_k, d, dtype=dtype)
+        return Q, K, randn(generator, B, T_k, d_v, dtype=dtype)
+
+    entries = [("temperature 1", (*draw(2, 3, 4, 2, 3), 1.0)),
+               ("temperature 0 (the hard lookup), whole numbers with ties",
+                (*draw(2, 4, 5, 2, 3, whole=True), 0.0)),
+               ("temperature 0, no ties", (*draw(2, 3, 6, 3, 2), 0.0)),
+               ("temperature inf (average pooling)", (*draw(2, 2, 5, 3, 2), math.inf)),
+               ("temperature 3", (*draw(1, 4, 4, 4, 4), 3.0)),
+               ("a single key", (*draw(2, 3, 1, 2, 2), 0.5)),
+               ("a single query, float64", (*draw(3, 1, 5, 2, 1, torch.float64), 0.05))]
+    temperatures = random_floats(generator, 2, low=0.2, scale=3)
+    for s, t in zip(random_sizes(generator, 2, B=(1, 3), T_q=(1, 5), T_k=(1, 6), d=(1, 5),
+                                 d_v=(1, 4)), temperatures):
+        entries.append(("", (*draw(**s), t)))
+    return labelled(entries, lambda Q, K, V, t: f"queries {tuple(Q.shape)}, keys {tuple(K.shape)}, "
+                                                f"values {tuple(V.shape)}, temperature {t:.3g}")
+
+
+def _reference_lookup(queries, keys, values, temperature):
+    return _wrong_lookup(queries, keys, values, temperature)  # every argument at its right value
+
+
+def check_lookup(fn: Callable, seed: int = 0, hint: int = 1, *, verbose: bool = False) -> None:
+    """fn(queries (B, T_q, d), keys (B, T_k, d), values (B, T_k, d_v), temperature) -> (outputs
+    (B, T_q, d_v), weights (B, T_q, T_k)), the weights softmax(Q K^T / (temperature sqrt(d)))
+    over the keys; at temperature 0 their limit, equal weights on the keys of the largest score
+    (ties share), and at temperature inf equal weights on every key."""
+    cases = _lookup_cases(seeded_generator(seed))
+    run_check("lookup", fn, cases, _reference_lookup, mistakes=_LOOKUP_MISTAKES, verbose=verbose,
+              hints=("Two things decide the weights: what the temperature does to the scores, and "
+                     "what is left of the softmax as the temperature falls to 0. What do the "
+                     "weights of a row tend to when two keys share its largest score?",
+                     "scores = Q @ K^T (batched, keys transposed on their last two axes) divided "
+                     "by temperature * sqrt(d), softmax over the keys (the last axis). At "
+                     "temperature 0 divide by nothing: mark the keys whose score equals the row's "
+                     "largest, and give each of them 1 / (their number). Return (weights @ "
+                     "values, weights)."),
+              hint=hint)
+
+
+# Attention between two sequences: the classic mistakes, each as the function that makes it -------
+
+def _wrong_cross_attention(W_q, W_k, W_v, queries, context, scale="d", axis=-1,
+                           keys_from="context", queries_from="queries", values="projected",
+                           mix="weights", order="outputs first"):
+    """Attention of the queries over the context, right by default; every other value of an
+    argument is a classic mistake."""
+    sources = {"queries": queries, "context": context}
+    Q = sources[queries_from] @ W_q.T                    # (B, T_q, d)
+    K = sources[keys_from] @ W_k.T                       # (B, T_k, d)
+    V = {"projected": lambda: sources[keys_from] @ W_v.T, "raw": lambda: sources[keys_from],
+         "with W_k": lambda: sources[keys_from] @ W_k.T}[values]()  # (B, T_k, d_v)
+    divisor = {"d": W_q.shape[0], "query width": W_q.shape[1], "context width": W_k.shape[1],
+               "d_v": W_v.shape[0], "none": 1}[scale]
+    weights = torch.softmax(Q @ K.transpose(1, 2) / math.sqrt(divisor), dim=axis)  # (B, T_q, T_k)
+    outputs = (weights if mix == "weights" else weights.transpose(1, 2)) @ V
+    return (outputs, weights) if order == "outputs first" else (weights, outputs)
+
+
+_CROSS_ATTENTION_MISTAKES = {
+    "Your scores are not scaled: by what does scaled dot-product attention divide them before the "
+    "softmax?": partial(_wrong_cross_attention, scale="none"),
+    "Your scores are divided by the square root of an input's width (the queries' or the "
+    "context's): the scale is the width d of the projected queries and keys.": (
+        partial(_wrong_cross_attention, scale="query width"),
+        partial(_wrong_cross_attention, scale="context width")),
+    "Your scores are divided by the square root of the values' width d_v: the scale is the width d "
+    "of the projected queries and keys.": partial(_wrong_cross_attention, scale="d_v"),
+    "Each column of your weights sums to 1, over the queries: each query's weights must sum to 1 "
+    "over the context's tokens.": (partial(_wrong_cross_attention, axis=-2),
+                                   Symptom(lambda result, *args: _columns_sum_to_one(result[1]))),
+    "Your keys and values come from the queries' sequence (self-attention): in attention between "
+    "two sequences they come from the context.": partial(_wrong_cross_attention,
+                                                         keys_from="queries"),
+    "Your queries come from the context: they come from the sequence that asks, the first "
+    "argument.": partial(_wrong_cross_attention, queries_from="context"),
+    "Your outputs mix the context itself, not its values: project it with W_v first.":
+        partial(_wrong_cross_attention, values="raw"),
+    "Your values are projected with W_k: keys and values have projections of their own.":
+        partial(_wrong_cross_attention, values="with W_k"),
     "Your outputs use the transposed weights: output i mixes the values with query i's row of "
-    "weights.": partial(_wrong_self_attention, transpose_weights=True),
-    "Your outputs mix the inputs X, not the values: are the values projected with W_v?":
-        partial(_wrong_self_attention, project_values=False),
-    "Your values are projected with W_k (or W_q): the values use W_v.": (
-        partial(_wrong_self_attention, values_with="W_k"),
-        partial(_wrong_self_attention, values_with="W_q")),
-    "Your scores are divided by another number than sqrt(d), the square root of the width of the "
-    "queries and keys.": Symptom(lambda result, X, W_q, W_k, W_v: _scaled_otherwise(
-        result[1], X @ W_q, X @ W_k)),
-    "Your queries and keys come from the same projection: the queries use W_q, the keys W_k.": (
-        partial(_wrong_self_attention, keys_with="W_q"),
-        partial(_wrong_self_attention, queries_with="W_k")),
-    "You return (A, Z): the exercise asks for the outputs first, then the weights, (Z, A).":
-        partial(_wrong_self_attention, swap=True),
+    "weights.": partial(_wrong_cross_attention, mix="transposed"),
+    "You return (weights, outputs): the exercise asks for the outputs first, (outputs, weights).":
+        partial(_wrong_cross_attention, order="weights first"),
 }
 
 
-def check_self_attention(fn: Callable, seed: int = 0, hint: int = 1, *,
-                         verbose: bool = False) -> None:
-    """fn(X, W_q, W_k, W_v) -> (Z, A), NumPy arrays: X (n, d_in), W_q and W_k (d_in, d),
-    W_v (d_in, d_v); A = softmax(Q K^T / sqrt(d)) of shape (n, n), Z = A V of shape (n, d_v)."""
+def _cross_attention_cases(generator) -> list[tuple[str, tuple]]:
+    """(description, (W_q, W_k, W_v, queries, context)) cases of check_cross_attention: weights in
+    PyTorch's layout (out_features, in_features)."""
+    fixed = [("", dict(B=2, T_q=3, T_k=6, d_query=5, d_context=3, d=4, d_v=2), torch.float32),
+             ("queries and context of equal sizes",
+              dict(B=2, T_q=4, T_k=4, d_query=4, d_context=4, d=4, d_v=4), torch.float32),
+             ("a single query", dict(B=2, T_q=1, T_k=5, d_query=3, d_context=6, d=2, d_v=3),
+              torch.float32),
+             ("a context of one token", dict(B=3, T_q=4, T_k=1, d_query=2, d_context=2, d=3, d_v=2),
+              torch.float32),
+             ("d = 1, float64", dict(B=1, T_q=3, T_k=4, d_query=2, d_context=5, d=1, d_v=3),
+              torch.float64)]
+    random = [("", s, torch.float32) for s in random_sizes(
+        generator, 2, B=(1, 3), T_q=(1, 5), T_k=(1, 5), d_query=(1, 5), d_context=(1, 5), d=(1, 5),
+        d_v=(1, 4))]
+    entries = []
+    for what, s, dtype in fixed + random:
+        shapes = [(s["d"], s["d_query"]), (s["d"], s["d_context"]), (s["d_v"], s["d_context"]),
+                  (s["B"], s["T_q"], s["d_query"]), (s["B"], s["T_k"], s["d_context"])]
+        tensors = [randn(generator, *shape, dtype=dtype) for shape in shapes]
+        for i in range(3):  # weights of scale 1/sqrt(fan-in), as nn.Linear's
+            tensors[i] = tensors[i] / math.sqrt(shapes[i][1])
+        entries.append((what, tuple(tensors)))
+    return labelled(entries, lambda W_q, W_k, W_v, queries, context: (
+        f"queries {tuple(queries.shape)}, context {tuple(context.shape)}, d={W_q.shape[0]}, "
+        f"d_v={W_v.shape[0]}"))
 
-    generator = seeded_generator(seed)
-    sizes = ([dict(n=4, d_in=3, d=2, d_v=2), dict(n=1, d_in=5, d=3, d_v=4)]
-             + random_sizes(generator, 3, n=(2, 7), d_in=(1, 6), d=(1, 8), d_v=(1, 5)))
-    cases = []
-    for s in sizes:
-        n, d_in, d, d_v = s["n"], s["d_in"], s["d"], s["d_v"]
-        shapes = [(n, d_in), (d_in, d), (d_in, d), (d_in, d_v)]  # X, W_q, W_k, W_v
-        arrays = tuple(randn(generator, *shape, dtype=torch.float64).numpy() for shape in shapes)
-        note = " (a single token)" if n == 1 else ""
-        cases.append((f"X {shapes[0]}, W_q and W_k {shapes[1]}, W_v {shapes[3]}{note}", arrays))
 
-    def reference(X, W_q, W_k, W_v):
-        layer = DotProductAttention()
-        Q, K, V = (torch.from_numpy(X @ W)[None] for W in (W_q, W_k, W_v))  # (1, n, ·)
-        Z = layer(Q, K, V)[0]
-        return Z.numpy(), layer.attention_weights[0].numpy()
+def check_cross_attention(cls: type, seed: int = 0, hint: int = 1, *,
+                          verbose: bool = False) -> None:
+    """cls(query_size, context_size, d, d_v): attention of one sequence's queries over another
+    sequence, the context, with ``W_q = nn.Linear(query_size, d, bias=False)``, ``W_k =
+    nn.Linear(context_size, d, bias=False)`` and ``W_v = nn.Linear(context_size, d_v,
+    bias=False)``; ``forward(queries (B, T_q, query_size), context (B, T_k, context_size))``
+    returns (outputs (B, T_q, d_v), weights (B, T_q, T_k)). Compared with d2lh.DotProductAttention
+    on the projected queries, keys and values."""
+    cases = _cross_attention_cases(seeded_generator(seed))
 
-    run_check("self_attention", fn, cases, reference, mistakes=_SELF_ATTENTION_MISTAKES,
+    def learner(W_q, W_k, W_v, queries, context):
+        module = cls(W_q.shape[1], W_k.shape[1], W_q.shape[0], W_v.shape[0]).to(queries.dtype)
+        load_linear_weights(module, {"W_q": W_q, "W_k": W_k, "W_v": W_v})
+        with torch.no_grad():
+            return module.eval()(queries, context)
+
+    def reference(W_q, W_k, W_v, queries, context):
+        attention = DotProductAttention()
+        outputs = attention(queries @ W_q.T, context @ W_k.T, context @ W_v.T)
+        return outputs, attention.attention_weights
+
+    run_check("CrossAttention", learner, cases, reference, mistakes=_CROSS_ATTENTION_MISTAKES,
               verbose=verbose,
-              hints=("Two things decide the result: the width the scores are divided by, and the "
-                     "axis along which each row of weights sums to 1. Check both, and the order "
-                     "of what you return.",
-                     "Q, K, V = X @ W_q, X @ W_k, X @ W_v; divide Q @ K.T by sqrt(d), d being the "
-                     "width of the queries (W_q.shape[1], not X's); take the softmax of each row "
-                     "(axis=1); return (Z, A) in that order."),
+              hints=("Which sequence gives the queries, which the keys and the values? And by the "
+                     "square root of which width are the scores divided?",
+                     "Q = self.W_q(queries), K = self.W_k(context), V = self.W_v(context); the "
+                     "weights are the softmax over the last axis of Q @ K.transpose(1, 2) / "
+                     "sqrt(d), d being the width of Q and K (not of the inputs); return (weights "
+                     "@ V, weights)."),
               hint=hint)
 
 
-def _wrong_max_weights(Q, K, c, factor="before", over="keys", take="max", **weights):
-    Q, K = torch.from_numpy(Q), torch.from_numpy(K)
-    if weights.get("scale") == "queries":
-        weights["scale"] = math.sqrt(Q.shape[0])
-    if factor == "before":
-        Q = c * Q
-    elif factor == "divides":
-        Q = Q / c
-    A = _weights(Q, K, **weights)  # (n, m)
-    if factor == "after":
-        A = c * A
-    dim = 0 if over == "queries" else 1
-    return A.max(dim=dim).values if take == "max" else A.argmax(dim=dim)
-
-
-_MAX_WEIGHTS_MISTAKES = {
-    "Your scores are not scaled: by what does scaled dot-product attention divide them before "
-    "the softmax?": partial(_wrong_max_weights, scale="none"),
-    "Your scores are divided by d itself, not by its square root.":
-        partial(_wrong_max_weights, scale="d itself"),
-    "Your scores are divided by the square root of a number of vectors (of keys, or of "
-    "queries); the scale is the width d of the queries and keys.": (
-        partial(_wrong_max_weights, scale="keys"), partial(_wrong_max_weights, scale="queries")),
-    "Your c is not used: it multiplies the scores before the softmax.":
-        partial(_wrong_max_weights, factor="ignored"),
-    "Your c multiplies the weights after the softmax: it must multiply the scores before it (with "
-    "c = 0 every weight is then 1/m).": partial(_wrong_max_weights, factor="after"),
-    "Your scores are divided by c: c multiplies them.": partial(_wrong_max_weights,
-                                                               factor="divides"),
-    "You take the largest weight of each key, over the queries: the result has one number per "
-    "query, the largest weight in its row.": partial(_wrong_max_weights, over="queries"),
-    "Each column of your weights sums to 1, over the queries: each query's row must sum to 1 over "
-    "the keys. Which axis does your softmax normalise?": partial(_wrong_max_weights, axis=0),
-    "Your weights sum to 1 over the whole matrix; each query's row must sum to 1 on its own.":
-        partial(_wrong_max_weights, axis=None),
-    "You return one number: the result holds one number per query, the largest weight in its "
-    "row.": Symptom(lambda result, Q, K, c: np.ndim(result) == 0),
-    "You return where the largest weight is (its index), not the weight itself.":
-        partial(_wrong_max_weights, take="argmax"),
-    "You return the largest score, not the largest weight: the softmax is missing.": (
-        partial(_wrong_max_weights, normalise="none"), partial(_wrong_max_weights,
-                                                               normalise="exp")),
-}
-
-
-def check_max_weights(fn: Callable, seed: int = 0, hint: int = 1, *,
-                      verbose: bool = False) -> None:
-    """fn(Q, K, c) -> (n,) NumPy array: for each query (row of Q (n, d)), its largest attention
-    weight in softmax(c Q K^T / sqrt(d)), the keys K being (m, d)."""
-
-    generator = seeded_generator(seed)
-    fixed = [("c = 0", 4, 4, 2, 0.0), ("a single key", 3, 1, 2, 1.0),
-             ("a single query", 1, 5, 3, 2.0), ("c = 10", 4, 6, 2, 10.0)]
-    factors = random_floats(generator, 3, scale=4)
-    random = [(f"c = {c:.2f}", s["n"], s["m"], s["d"], c)
-              for s, c in zip(random_sizes(generator, 3, n=(1, 6), m=(1, 6), d=(1, 5)), factors)]
-    cases = []
-    for what, n, m, d, c in fixed + random:
-        Q, K = (randn(generator, rows, d, dtype=torch.float64).numpy() for rows in (n, m))
-        cases.append((f"{what}, Q {(n, d)}, K {(m, d)}", (Q, K, c)))
-
-    def reference(Q, K, c):
-        scores = torch.from_numpy(c * Q @ K.T / math.sqrt(Q.shape[1]))[None]  # (1, n, m)
-        return masked_softmax(scores)[0].max(dim=1).values.numpy()
-
-    run_check("max_weights", fn, cases, reference, mistakes=_MAX_WEIGHTS_MISTAKES, verbose=verbose,
-              hints=("Where does the factor c enter: before the softmax or after it? The result "
-                     "has one number per query.",
-                     "multiply the scores Q @ K.T / sqrt(d) by c before the softmax, take the "
-                     "softmax of each row, then the largest weight of each row (one per query)."),
-              hint=hint)
-
-
-MISTAKES = {"check_self_attention": _SELF_ATTENTION_MISTAKES,
-            "check_max_weights": _MAX_WEIGHTS_MISTAKES}  # the catalogues, for the tests
+MISTAKES = {"check_lookup": _LOOKUP_MISTAKES,
+            "check_cross_attention": _CROSS_ATTENTION_MISTAKES}  # the catalogues, for the tests

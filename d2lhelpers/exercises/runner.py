@@ -846,7 +846,7 @@ def _problem(got, expected, args, compare_through, atol, rtol) -> str | None:
 
 
 def check_afresh(check: str, learner_fn: Callable, seed: int = 1, quiet: bool = True) -> None:
-    """Run the check named ``check`` (e.g. "check_causal_lens") on ``learner_fn`` with a private
+    """Run the check named ``check`` (e.g. "check_loo_error") on ``learner_fn`` with a private
     copy of d2lhelpers, loaded afresh from the files of the package this module belongs to.
 
     quiet: print nothing when the function passes, since the visible check of the same cell has
