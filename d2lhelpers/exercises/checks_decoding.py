@@ -220,7 +220,8 @@ def _wrong_follow_parents(tokens, keys, values, parents, new_tokens, rows="b * k
     B, k = parents.shape
     sentence = torch.arange(B)[:, None]
     index = {"b * k + parent": sentence * k + parents, "parent": parents,
-             "parent * B + b": parents * B + sentence, "b * B + parent": sentence * B + parents}[rows]
+             "parent * B + b": parents * B + sentence,
+             "b * B + parent": sentence * B + parents}[rows]
     added = new_tokens
     if order == "by beam":  # the output laid out beam-major too
         index, added = index.T, new_tokens.T
