@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+import d2lhelpers as d2lh
 from checks_common import CheckTests
 from d2lhelpers.exercises import checks_decoding
 
@@ -68,6 +69,49 @@ def worst_first_by_topk(log_probs, lengths, finished, step_log_probs, eos, alpha
             finished.gather(1, parents) | (tokens == eos), parents, tokens)
 
 
+def follow_parents(tokens, keys, values, parents, new_tokens, offset="k", scatter=False,
+                   loop_in_place=False, append_first=False, keep_tokens=False, cache="both",
+                   dim=0, beam_major=False):
+    """Each survivor continues from its parent; right by default, each flag a plausible mistake."""
+    B, k = parents.shape
+    step = {"k": k, "B": B, "none": 0}[offset]
+    rows = [b * step + int(parents[b, j]) for b in range(B) for j in range(k)]
+    if beam_major:  # beam j of sentence b taken to be row j * B + b
+        rows = [int(parents[b, j]) * B + b for b in range(B) for j in range(k)]
+    rows = torch.tensor(rows)
+    added = new_tokens.flatten()[:, None]
+
+    def take(x, dim=0):
+        if scatter:
+            out = torch.zeros_like(x)
+            out.index_copy_(dim, rows, x)
+            return out
+        if loop_in_place:
+            out = x.clone()
+            for r in range(len(rows)):
+                out.narrow(dim, r, 1).copy_(out.narrow(dim, int(rows[r]), 1))
+            return out
+        return x.index_select(dim, rows)
+
+    if keep_tokens:
+        new = torch.cat([tokens, added], dim=1)
+    elif append_first:
+        new = take(torch.cat([tokens, added], dim=1))
+    else:
+        new = torch.cat([take(tokens), added], dim=1)
+    return (new, take(keys, dim) if cache in ("both", "keys") else keys,
+            take(values, dim) if cache in ("both", "values") else values)
+
+
+def follow_by_state(tokens, keys, values, parents, new_tokens):
+    """A right answer through the package's own state: a KVCache reordered by the parents' rows."""
+    B, k = parents.shape
+    rows = (parents + k * torch.arange(B).unsqueeze(1)).flatten()
+    cache = d2lh.KVCache(keys, values)
+    cache.reorder(rows)
+    return torch.cat([tokens[rows], new_tokens.flatten().unsqueeze(1)], 1), cache.keys, cache.values
+
+
 CHECKS = {
     "check_advance_beams": (advance_beams, {
         "each beam keeps only its best token": (
@@ -117,8 +161,39 @@ CHECKS = {
         "the beams' log-probabilities not added and the lengths never grow": (
             lambda *a: advance_beams(*a, ignore_beams=True, keep_lengths=True), "on input", None),
     }),
+    "check_follow_parents": (follow_parents, {
+        "no sentence offset": (lambda *a: follow_parents(*a, offset="none"), "k = 1 (greedy)",
+                               "the parents themselves"),
+        "offset by B": (lambda *a: follow_parents(*a, offset="B"), "on input",
+                        "laid out otherwise"),
+        "beam-major layout": (lambda *a: follow_parents(*a, beam_major=True), "on input",
+                              "laid out otherwise"),
+        "scattered to the children's rows": (lambda *a: follow_parents(*a, scatter=True),
+                                             "B = 1", "where their children go"),
+        "copied row by row in place": (lambda *a: follow_parents(*a, loop_in_place=True),
+                                       "B = 1", "already overwritten"),
+        "new tokens appended before reordering": (
+            lambda *a: follow_parents(*a, append_first=True), "B = 1", "before the rows"),
+        "tokens not reordered": (lambda *a: follow_parents(*a, keep_tokens=True), "B = 1",
+                                 "stay where they were"),
+        "cache not reordered": (lambda *a: follow_parents(*a, cache="none"), "B = 1",
+                                "do not follow the beams"),
+        "values not reordered": (lambda *a: follow_parents(*a, cache="keys"), "B = 1",
+                                 "do not follow the beams"),
+        "keys reordered along the heads": (lambda *a: follow_parents(*a, dim=1), "on input",
+                                           "another axis"),
+        "keys reordered along time": (lambda *a: follow_parents(*a, dim=2), "on input",
+                                      "another axis"),
+        "no offset and the cache left": (
+            lambda *a: follow_parents(*a, offset="none", cache="none"), "on input", None),
+    }),
 }
 
 
 class TestChecks(CheckTests):
     CHECKS, MODULE = CHECKS, checks_decoding
+
+
+def test_follow_parents_passes_the_package_s_own_cache(capsys):
+    checks_decoding.check_follow_parents(follow_by_state)
+    assert capsys.readouterr().out.startswith("Correct: ")

@@ -3,6 +3,8 @@ right and plausible wrong answers (see checks_common.py)."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 import d2lhelpers as d2lh
@@ -67,6 +69,55 @@ def target_weighted_one(logits, targets, valid_lens, eps, real_tokens):
     return (nll - eps * log_p[:, real_tokens].mean(-1)).mean()
 
 
+def adam_steps(grads, schedule, betas, eps, ascent=False, cumulative=False, reset=False,
+               swap_average=False, swap_betas=False, plain_g=False, correct=(True, True),
+               from_zero=False, no_root=False, eps_inside=False, no_eps=False, next_rate=False,
+               rate_on_gradient=False, eps_before_correction=False):
+    """Adam's steps; right by default, each flag a plausible mistake."""
+    beta1, beta2 = reversed(betas) if swap_betas else betas
+    m = v = 0.0
+    steps = []
+    for s in range(1, len(grads) + 1):
+        g = grads[s - 1]
+        lr = schedule(s + 1 if next_rate else s)
+        if rate_on_gradient:
+            g = g * lr
+        if reset:
+            m = v = 0.0
+        square = g if plain_g else g ** 2
+        if swap_average:
+            m, v = (1 - beta1) * m + beta1 * g, (1 - beta2) * v + beta2 * square
+        else:
+            m, v = beta1 * m + (1 - beta1) * g, beta2 * v + (1 - beta2) * square
+        t = s - 1 if from_zero else s
+        m_hat = m / (1 - beta1 ** t) if correct[0] else m
+        v_hat = v / (1 - beta2 ** t) if correct[1] else v
+        if eps_before_correction:  # (sqrt(v) + eps) / sqrt(1 - beta2^s), the paper's eps-hat
+            denominator = (v.sqrt() + eps) / math.sqrt(1 - beta2 ** t)
+        elif eps_inside:
+            denominator = torch.sqrt(v_hat + eps)
+        else:
+            denominator = (v_hat if no_root else torch.sqrt(v_hat)) + (0 if no_eps else eps)
+        step = m_hat / denominator * (1 if rate_on_gradient else lr)
+        steps.append(step if ascent else -step)
+    steps = torch.stack(steps)
+    return torch.cumsum(steps, 0) if cumulative else steps
+
+
+def adam_by_torch(grads, schedule, betas, eps):
+    """A right answer that lets PyTorch's Adam take the steps, with the schedule set per update."""
+    theta = torch.zeros_like(grads[0], requires_grad=True)
+    optimizer = torch.optim.Adam([theta], lr=schedule(1), betas=betas, eps=eps)
+    steps = []
+    for s, g in enumerate(grads, 1):
+        optimizer.param_groups[0]["lr"] = schedule(s)
+        before = theta.detach().clone()
+        theta.grad = g.clone()
+        optimizer.step()
+        steps.append(theta.detach() - before)
+    return torch.stack(steps)
+
+
 CHECKS = {
     "check_real_token_smoothing": (real_token_smoothing, {
         "smoothing over all V tokens": (
@@ -120,8 +171,49 @@ CHECKS = {
                                     dim=1), "on input", "another axis than the vocabulary"),
         "half the loss": (lambda *a: real_token_smoothing(*a) / 2, "differ", None),
     }),
+    "check_adam_steps": (adam_steps, {
+        "ascent": (lambda *a: adam_steps(*a, ascent=True), "one update", "go up the gradient"),
+        "the parameters returned": (lambda *a: adam_steps(*a, cumulative=True), "on input",
+                                    "the steps added up"),
+        "moments reset at every update": (lambda *a: adam_steps(*a, reset=True), "on input",
+                                          "start afresh"),
+        "beta weights the new gradient": (lambda *a: adam_steps(*a, swap_average=True),
+                                          "on input", "weight beta"),
+        "betas swapped": (lambda *a: adam_steps(*a, swap_betas=True), "on input",
+                          "betas are swapped"),
+        "v averages the gradients": (lambda *a: adam_steps(*a, plain_g=True), "NaN",
+                                     "not their squares"),
+        "no bias correction": (lambda *a: adam_steps(*a, correct=(False, False)), "one update",
+                               "no bias correction"),
+        "the first moment corrected only": (lambda *a: adam_steps(*a, correct=(True, False)),
+                                            "one update", "gradients' mean only"),
+        "the second moment corrected only": (lambda *a: adam_steps(*a, correct=(False, True)),
+                                             "one update", "squares' mean only"),
+        "bias correction from 0": (lambda *a: adam_steps(*a, from_zero=True), "one update",
+                                   "counts the updates from 0"),
+        "no square root": (lambda *a: adam_steps(*a, no_root=True), "one update",
+                           "mean of the squares itself"),
+        "eps inside the root": (lambda *a: adam_steps(*a, eps_inside=True), "tiny gradients",
+                                "inside the square root"),
+        "no eps": (lambda *a: adam_steps(*a, no_eps=True), "always 0", "has no eps"),
+        "the rate of the next update": (lambda *a: adam_steps(*a, next_rate=True), "warm-up",
+                                        "update s + 1"),
+        "the rate on the gradients": (lambda *a: adam_steps(*a, rate_on_gradient=True),
+                                      "on input", "scales the gradients"),
+        "eps added before the bias correction": (
+            lambda *a: adam_steps(*a, eps_before_correction=True), "tiny gradients", None),
+        "the schedule counted from 0": (
+            lambda grads, schedule, betas, eps: adam_steps(grads, lambda s: schedule(s - 1),
+                                                           betas, eps),
+            "counts updates from 1", None),
+    }),
 }
 
 
 class TestChecks(CheckTests):
     CHECKS, MODULE = CHECKS, checks_training_recipe
+
+
+def test_adam_steps_passes_pytorch_s_adam_with_the_rate_set_at_each_update(capsys):
+    checks_training_recipe.check_adam_steps(adam_by_torch)
+    assert capsys.readouterr().out.startswith("Correct: ")

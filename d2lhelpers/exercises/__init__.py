@@ -51,8 +51,8 @@ from .checks_positional_encoding import (check_sinusoidal_table, check_offset_at
 from .checks_transformer import check_transformer_multiply_adds, check_cached_block_step
 from .checks_translation import check_cached_greedy_decode, check_translation_log_prob
 from .checks_bahdanau_attention import check_gru_cell, check_luong_step
-from .checks_training_recipe import check_real_token_smoothing
-from .checks_decoding import check_advance_beams
+from .checks_training_recipe import check_adam_steps, check_real_token_smoothing
+from .checks_decoding import check_advance_beams, check_follow_parents
 from .checks_beyond_2017 import (check_cached_gqa_self_attention, check_online_softmax_update,
                                  check_rotary_at_positions, check_top_p_probs)
 from .runner import ExerciseCheckFailed, Symptom, run_check
@@ -80,7 +80,9 @@ __all__ = [
     "check_cached_greedy_decode",
     "check_translation_log_prob",
     "check_real_token_smoothing",
+    "check_adam_steps",
     "check_advance_beams",
+    "check_follow_parents",
     "check_gru_cell",
     "check_luong_step",
     "check_rotary_at_positions",

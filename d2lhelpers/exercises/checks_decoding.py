@@ -1,4 +1,5 @@
-"""The checks of notebook 10_decoding's coding exercise: one step of beam search."""
+"""The checks of notebook 10_decoding's coding exercises: one step of beam search, and the beams
+that survive it continuing from their parents."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ from functools import partial
 
 import torch
 
+from ..attention import KVCache
 from ..decoding import Beams, advance_beams
 from .cases import labelled, randint, randn, random_sizes, seeded_generator
 from .runner import Symptom, run_check
 
-__all__ = ['check_advance_beams']
+__all__ = ['check_advance_beams', 'check_follow_parents']
 
 
 def _wrong_advance_beams(log_probs, lengths, finished, step_log_probs, eos, alpha,
@@ -211,4 +213,136 @@ def check_advance_beams(fn: Callable, seed: int = 0, hint: int = 1, *,
               hint=hint, mistakes=_ADVANCE_BEAMS_MISTAKES, verbose=verbose)
 
 
-MISTAKES = {"check_advance_beams": _ADVANCE_BEAMS_MISTAKES}  # the catalogue, for the tests
+# follow_parents: each surviving beam continues from its parent ---------------------------------
+
+def _follow_parents(tokens, keys, values, parents, new_tokens):
+    """The reference: the rows of the parents, copied as a decoding state's KVCache.reorder copies
+    them, then the new tokens appended."""
+    B, k = parents.shape
+    rows = (torch.arange(B)[:, None] * k + parents).reshape(-1)  # (B*k,) the parents' rows
+    cache = KVCache()
+    cache.append(keys, values)
+    cache.reorder(rows)
+    return torch.cat([tokens[rows], new_tokens.reshape(-1, 1)], dim=1), cache.keys, cache.values
+
+
+def _wrong_follow_parents(tokens, keys, values, parents, new_tokens, rows="b * k + parent",
+                          copy="gather", append="after", cache="both", axis=0, order="by sentence"):
+    """Each surviving beam continues from its parent, right by default; each other value of an
+    argument is a classic mistake."""
+    B, k = parents.shape
+    sentence = torch.arange(B)[:, None]
+    index = {"b * k + parent": sentence * k + parents, "parent": parents,
+             "parent * B + b": parents * B + sentence,
+             "b * B + parent": sentence * B + parents}[rows]
+    added = new_tokens
+    if order == "by beam":  # the output laid out beam-major too
+        index, added = index.T, new_tokens.T
+    index, added = index.reshape(-1), added.reshape(-1, 1)
+
+    def moved(x, dim=0):
+        if copy != "gather" and copy != "in place":  # each old row sent to where its child goes
+            out = x.clone() if copy == "scatter" else torch.zeros_like(x)
+            out[index] = x
+            return out
+        if copy == "in place":  # rows copied one by one into the same tensor
+            out = x.clone()
+            for r, parent in enumerate(index.tolist()):
+                out.select(dim, r).copy_(out.select(dim, parent))
+            return out
+        return x.index_select(dim, index)
+
+    if append == "before":  # the new tokens put beside the old rows, then the rows reordered
+        new = moved(torch.cat([tokens, added], dim=1))
+    elif append == "not reordered":
+        new = torch.cat([tokens, added], dim=1)
+    else:
+        new = torch.cat([moved(tokens), added], dim=1)
+    new_keys = moved(keys, axis) if cache in ("both", "keys") else keys
+    new_values = moved(values, axis) if cache in ("both", "values") else values
+    return new, new_keys, new_values
+
+
+def _parents(**mistake):
+    return partial(_wrong_follow_parents, **mistake)
+
+
+_FOLLOW_PARENTS_MISTAKES = {
+    "Your rows are the parents themselves: a parent numbers a beam of its own sentence (0 .. k-1), "
+    "and sentence b's beams are rows b * k .. b * k + k - 1 of the batch.":
+        _parents(rows="parent"),
+    "Your rows take the batch as laid out otherwise: beam j of sentence b is row b * k + j, the "
+    "k beams of a sentence side by side.": (
+        _parents(rows="parent * B + b"), _parents(rows="parent * B + b", order="by beam"),
+        _parents(rows="b * B + parent")),
+    "Your new rows receive the old ones where their children go: each new row copies the row of "
+    "its parent; several may copy one parent, and a beam with no child is dropped.":
+        (_parents(copy="scatter"), _parents(copy="scatter into zeros")),
+    "Your copies read rows already overwritten: copied one by one into the same tensor, a row "
+    "gets a parent that an earlier copy replaced; read every parent from the old rows.":
+        _parents(copy="in place"),
+    "Your new tokens are placed before the rows are reordered: new_tokens is already in the "
+    "order of the new beams, so it goes after the parents' tokens.": _parents(append="before"),
+    "Your tokens so far stay where they were: a beam's tokens are its parent's, followed by its "
+    "new token.": _parents(append="not reordered"),
+    "Your keys and values do not follow the beams: a beam continues from its parent, so its "
+    "cached keys and values, both of them, are its parent's.": (
+        _parents(cache="none"), _parents(cache="keys"), _parents(cache="values")),
+    "Your keys and values are reordered along another axis than the beams': the rows of the "
+    "batch are their first axis, (B*k, h, t, d_k).": (_parents(axis=1), _parents(axis=2)),
+}
+
+
+def check_follow_parents(fn: Callable, seed: int = 0, hint: int = 1, *,
+                         verbose: bool = False) -> None:
+    """fn(tokens, keys, values, parents, new_tokens) -> (tokens, keys, values): each beam that
+    survived a step of beam search continues from its parent. tokens (B*k, t): each beam's tokens
+    so far; keys, values (B*k, h, t, d_k): a self-attention cache of those tokens; row b * k + j
+    is beam j of sentence b. parents, new_tokens (B, k): what :func:`~d2lhelpers.advance_beams`
+    returns, the beam (0 .. k-1 of its sentence) each new beam extends and its token. Returns the
+    new beams' tokens (B*k, t + 1), their parents' tokens then their own, and their parents' keys
+    and values, as ``KVCache.reorder`` keeps them."""
+    generator = seeded_generator(seed)
+    bos = 1
+
+    def case(B, k, t, parents, h=2, d_k=3):
+        tokens = randint(generator, 3, 19, (B * k, t))
+        tokens[:, 0] = bos  # every beam starts with <bos>
+        keys, values = randn(generator, B * k, h, t, d_k), randn(generator, B * k, h, t, d_k)
+        return tokens, keys, values, parents, randint(generator, 2, 19, parents.shape)
+
+    zeros = partial(torch.zeros, dtype=torch.long)
+    fixed = [("B = 1: the survivors extend beams 2, 0 and 1",
+              case(1, 3, 3, torch.tensor([[2, 0, 1]]))),
+             ("k = 1 (greedy): every beam continues itself", case(3, 1, 2, zeros(3, 1))),
+             ("two survivors extend beam 0 of sentence 1",
+              case(2, 3, 2, torch.tensor([[0, 1, 2], [1, 0, 0]]))),
+             ("two beams swap in sentence 1",
+              case(3, 2, 4, torch.tensor([[0, 1], [1, 0], [1, 1]]))),
+             ("more heads than rows (h = 4)", case(1, 2, 2, torch.tensor([[1, 1]]), h=4))]
+    fixed.append(("the first step: every beam extends beam 0, after <bos> alone",
+                  case(2, 3, 1, zeros(2, 3))))
+    random = []
+    for s in random_sizes(generator, 2, B=(2, 4), k=(2, 4), t=(1, 5), h=(1, 3), d_k=(2, 4)):
+        parents = randint(generator, 0, s["k"] - 1, (s["B"], s["k"]))
+        random.append(("", case(s["B"], s["k"], s["t"], parents, s["h"], s["d_k"])))
+
+    def details(tokens, keys, values, parents, new_tokens):
+        B, k = parents.shape
+        return f"B={B}, k={k}, t={tokens.shape[1]}, keys {tuple(keys.shape)}"
+
+    cases = labelled(fixed + random, details)
+    run_check("follow_parents", fn, cases, reference=_follow_parents,
+              hints=("New row b * k + j is beam j of sentence b, and parents[b, j] numbers a beam "
+                     "of the same sentence: which old row is that? Several new beams may share "
+                     "one parent.",
+                     "rows = b * k + parents[b, j] for every (b, j), flattened in that order to "
+                     "(B*k,) (torch.arange(B)[:, None] * k + parents); index the old tokens, keys "
+                     "and values with it along their first axis (indexing copies, so a parent "
+                     "read twice is no problem); then append new_tokens, flattened the same way, "
+                     "as the tokens' last column."),
+              hint=hint, mistakes=_FOLLOW_PARENTS_MISTAKES, verbose=verbose)
+
+
+MISTAKES = {"check_advance_beams": _ADVANCE_BEAMS_MISTAKES,
+            "check_follow_parents": _FOLLOW_PARENTS_MISTAKES}  # the catalogue, for the tests

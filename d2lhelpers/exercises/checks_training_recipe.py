@@ -1,5 +1,5 @@
-"""The checks of notebook 09_training_recipe's coding exercise: label smoothing over the real
-tokens only."""
+"""The checks of notebook 09_training_recipe's coding exercises: label smoothing over the real
+tokens only, and Adam's steps under a learning-rate schedule."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ from functools import partial
 
 import torch
 
-from .cases import labelled, randint, randn, random_lengths, random_sizes, seeded_generator
+from .cases import (labelled, randint, randn, random_choice, random_lengths, random_sizes,
+                    seeded_generator)
 from .runner import run_check
 
-__all__ = ['check_real_token_smoothing']
+__all__ = ['check_real_token_smoothing', 'check_adam_steps']
 
 
 def _real_token_smoothing(logits, targets, valid_lens, eps, real_tokens):
@@ -173,4 +174,165 @@ def check_real_token_smoothing(fn: Callable, seed: int = 0, hint: int = 1, *,
               hint=hint, mistakes=_REAL_TOKEN_SMOOTHING_MISTAKES, verbose=verbose)
 
 
-MISTAKES = {"check_real_token_smoothing": _REAL_TOKEN_SMOOTHING_MISTAKES}  # the catalogue, for the tests
+# adam_steps: Adam's update with a learning-rate schedule ------------------------------------------
+
+class _Schedule:
+    """A learning-rate schedule as the notebook writes them, a function of the update number
+    s = 1, 2, ...: the paper's (warm-up over ``warmup`` updates, then 1/sqrt(s) decay), the same
+    from its peak on (no warm-up), or constant. Shown by what it is in a failure's message."""
+
+    def __init__(self, kind: str, lr: float, warmup: int = 1):
+        self.kind, self.lr, self.warmup = kind, lr, warmup
+
+    def __call__(self, step) -> float:
+        if isinstance(step, torch.Tensor):
+            step = step.item()
+        if step != int(step) or step < 1:
+            raise ValueError(f"the schedule counts updates from 1 (the first update is number 1), "
+                             f"got {step!r}")
+        if self.kind == "constant":
+            return self.lr
+        step = max(step, self.warmup) if self.kind == "no warm-up" else step
+        return self.lr * min((step / self.warmup) ** -0.5, step / self.warmup)  # peak lr at warmup
+
+    def __repr__(self) -> str:
+        if self.kind == "constant":
+            return f"constant {self.lr:g}"
+        return f"{self.kind}, peak {self.lr:g} at update {self.warmup}"
+
+
+def _adam_steps(grads, schedule, betas, eps):
+    """The reference: torch.optim.Adam at lr=1, its rate multiplied by the schedule through
+    LambdaLR as section 3 of the notebook sets it up, on a parameter receiving ``grads``."""
+    parameter = torch.zeros(grads.shape[1:], dtype=grads.dtype, requires_grad=True)
+    optimizer = torch.optim.Adam([parameter], lr=1.0, betas=betas, eps=eps, foreach=False)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: schedule(i + 1))
+    steps = []
+    for gradient in grads:
+        before = parameter.detach().clone()
+        parameter.grad = gradient.clone()
+        optimizer.step()
+        scheduler.step()
+        steps.append(parameter.detach() - before)
+    return torch.stack(steps)  # (S, n)
+
+
+def _wrong_adam_steps(grads, schedule, betas, eps, correct="both", eps_at="outside",
+                      square="g * g", root=True, average="right", swap_betas=False,
+                      memory="kept", direction="descent", rate="schedule(s)", returned="steps"):
+    """Adam's steps, right by default; each other value of an argument is a classic mistake."""
+    beta1, beta2 = betas[::-1] if swap_betas else betas
+    m, v, steps = torch.zeros_like(grads[0]), torch.zeros_like(grads[0]), []
+    for s, g in enumerate(grads, start=1):
+        lr = schedule(s + 1) if rate == "schedule(s + 1)" else schedule(s)
+        if rate == "scales the gradients":
+            g = lr * g
+        if memory == "afresh":
+            m, v = torch.zeros_like(g), torch.zeros_like(g)
+        g2 = {"g * g": g * g, "g": g}[square]
+        if average == "swapped":  # the new gradient weighted beta, the past 1 - beta
+            m, v = (1 - beta1) * m + beta1 * g, (1 - beta2) * v + beta2 * g2
+        else:
+            m, v = beta1 * m + (1 - beta1) * g, beta2 * v + (1 - beta2) * g2
+        power = s - 1 if correct == "from 0" else s
+        m_hat = m / (1 - beta1 ** power) if correct in ("both", "m only", "from 0") else m
+        v_hat = v / (1 - beta2 ** power) if correct in ("both", "v only", "from 0") else v
+        denominator = {"outside": (v_hat.sqrt() if root else v_hat) + eps,
+                       "inside": (v_hat + eps).sqrt(), "none": v_hat.sqrt()}[eps_at]
+        step = m_hat / denominator
+        step = step if rate == "scales the gradients" else lr * step
+        steps.append(-step if direction == "descent" else step)
+    steps = torch.stack(steps)
+    return steps.cumsum(dim=0) if returned == "parameters" else steps
+
+
+def _adam(**mistake):
+    return partial(_wrong_adam_steps, **mistake)
+
+
+_ADAM_STEPS_MISTAKES = {
+    "Your steps go up the gradient: an update moves the parameters against it, -lr * m_hat / "
+    "(sqrt(v_hat) + eps).": _adam(direction="ascent"),
+    "Your result is the parameters after each update, the steps added up: the exercise asks for "
+    "each update's own step.": _adam(returned="parameters"),
+    "Your running means start afresh at every update: m and v carry over from one update to the "
+    "next, that is what makes them running means.": _adam(memory="afresh"),
+    "Your running means give the new gradient the weight beta: beta is the weight of the past "
+    "(m_s = beta1 m_{s-1} + (1 - beta1) g_s), close to 1 for a long memory.":
+        _adam(average="swapped"),
+    "Your betas are swapped: beta1 averages the gradients, beta2 their squares.":
+        _adam(swap_betas=True),
+    "Your second running mean averages the gradients, not their squares.": _adam(square="g"),
+    "Your steps have no bias correction: m and v start at 0, so early on they are too small; "
+    "dividing by 1 - beta^s undoes that.": _adam(correct="none"),
+    "Your steps correct the bias of the gradients' mean only: the mean of their squares starts "
+    "at 0 too and needs its own correction, 1 - beta2^s.": _adam(correct="m only"),
+    "Your steps correct the bias of the squares' mean only: the gradients' mean starts at 0 too "
+    "and needs its own correction, 1 - beta1^s.": _adam(correct="v only"),
+    "Your bias correction counts the updates from 0: at update s it divides by 1 - beta^s with "
+    "s = 1 for the first update, never by 1 - beta^0 = 0.": _adam(correct="from 0"),
+    "Your step divides by the mean of the squares itself: it divides by its square root, so "
+    "that the step no longer depends on the gradients' scale.": _adam(root=False),
+    "Your eps is inside the square root: it is added to sqrt(v_hat), where it only keeps the "
+    "division finite.": _adam(eps_at="inside"),
+    "Your step has no eps: where a gradient has always been 0, m_hat / sqrt(v_hat) is 0 / 0.":
+        _adam(eps_at="none"),
+    "Your update s uses the learning rate of update s + 1: the schedule counts updates from 1, "
+    "as your loop does; LambdaLR's shift by one is for LambdaLR only.":
+        _adam(rate="schedule(s + 1)"),
+    "Your learning rate scales the gradients before Adam averages them: Adam divides by their "
+    "size, so the rate must multiply the step itself.": _adam(rate="scales the gradients"),
+}
+
+
+def check_adam_steps(fn: Callable, seed: int = 0, hint: int = 1, *,
+                     verbose: bool = False) -> None:
+    """fn(grads, schedule, betas, eps) -> steps (S, n): the change Adam makes to a parameter at
+    each of S updates, the parameter (n,) receiving the gradient grads[s - 1] at update s, with
+    the learning rate schedule(s) (s counted from 1) and betas = (beta1, beta2). Compared with
+    ``torch.optim.Adam`` at lr=1 driven by ``LambdaLR(optimizer, lambda i: schedule(i + 1))``."""
+    generator = seeded_generator(seed)
+    paper = (0.9, 0.98)
+
+    def rows(*values):
+        return torch.tensor(values, dtype=torch.float64)
+
+    fixed = [
+        ("one update: every parameter moves by the learning rate",
+         (rows([0.05, -2.0, 300.0]), _Schedule("constant", 0.1), paper, 1e-9)),
+        ("a parameter whose gradient is always 0",
+         (rows([0.5, 0.0], [-1.0, 0.0], [2.0, 0.0]), _Schedule("constant", 0.1), paper, 1e-9)),
+        ("tiny gradients (1e-10), below eps",
+         (rows([1e-10, -3e-10], [2e-10, -1e-10]), _Schedule("constant", 0.1), paper, 1e-9)),
+        ("PyTorch's default betas (0.9, 0.999), gradients that flip sign",
+         (rows([1.0, -0.5], [-1.0, 0.5], [1.0, 0.5], [-1.0, -0.5]),
+          _Schedule("constant", 0.05), (0.9, 0.999), 1e-8)),
+    ]
+    grads = randn(generator, 6, 3, dtype=torch.float64) * rows([1e-3, 1.0, 1e3])
+    fixed.append(("the warm-up schedule, gradients of sizes 1e-3, 1 and 1e3",
+                  (grads, _Schedule("warm-up", 0.03, warmup=3), paper, 1e-9)))
+    fixed.append(("the same gradients times 1e-3, as clipping would scale them",
+                  (grads * 1e-3, _Schedule("warm-up", 0.03, warmup=3), paper, 1e-9)))
+    random = []
+    for s in random_sizes(generator, 2, S=(2, 8), n=(1, 4), warmup=(1, 4)):
+        kind = random_choice(generator, ("warm-up", "no warm-up"))
+        grads = randn(generator, s["S"], s["n"], dtype=torch.float64)
+        random.append(("", (grads, _Schedule(kind, 0.02, s["warmup"]), paper, 1e-9)))
+
+    def details(grads, schedule, betas, eps):
+        return (f"grads {tuple(grads.shape)}, schedule {schedule!r}, betas {betas}, "
+                f"eps={eps:g}")
+
+    cases = labelled(fixed + random, details)
+    run_check("adam_steps", fn, cases, reference=_adam_steps, atol=1e-10, rtol=1e-5,
+              hints=("Keep m and v from one update to the next, and count the updates from 1: "
+                     "the bias correction and the schedule both use that count.",
+                     "m = v = zeros (n,); for s = 1 .. S with g = grads[s - 1]: m = beta1 * m + "
+                     "(1 - beta1) * g, v = beta2 * v + (1 - beta2) * g * g; m_hat = m / (1 - "
+                     "beta1 ** s), v_hat = v / (1 - beta2 ** s); step = -schedule(s) * m_hat / "
+                     "(v_hat.sqrt() + eps); stack the S steps."),
+              hint=hint, mistakes=_ADAM_STEPS_MISTAKES, verbose=verbose)
+
+
+MISTAKES = {"check_real_token_smoothing": _REAL_TOKEN_SMOOTHING_MISTAKES,
+            "check_adam_steps": _ADAM_STEPS_MISTAKES}  # the catalogue, for the tests
