@@ -54,7 +54,19 @@ def missing(what: str):
 
 
 @pytest.fixture(scope="module")
-def notebook_dir(tmp_path_factory):
+def sync_playwright():
+    """Playwright's entry point, once Playwright and Chromium are known to be there."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing("the Python package playwright is not installed")
+    if CHROMIUM is None:
+        missing("Debian's chromium is not installed")
+    return sync_playwright
+
+
+@pytest.fixture(scope="module")
+def notebook_dir(sync_playwright, tmp_path_factory):
     """A folder with explorer.ipynb, executed and stored as benchmarks/notebooks.py stores them."""
     nbformat = pytest.importorskip("nbformat")
     from nbclient import NotebookClient
@@ -134,13 +146,7 @@ def stop(server) -> None:
 
 
 @pytest.fixture(scope="module")
-def page(lab):
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        missing("the Python package playwright is not installed")
-    if CHROMIUM is None:
-        missing("Debian's chromium is not installed")
+def page(sync_playwright, lab):
     url, token = lab
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
