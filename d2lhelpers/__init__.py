@@ -4,7 +4,8 @@ In notebooks: ``import d2lhelpers as d2lh``. Each public name lives in the modul
 and is imported here by name, so that editors and type checkers see them all:
 
 - ``basics``: seeds, devices, input checks, the measuring tools (a timer, a tensor-memory tracker);
-- ``plotting``: curves, attention heatmaps, a live training plot (the only module using matplotlib);
+- ``plotting``: curves, attention heatmaps, a live training plot, explorers (a figure with controls
+  that redraw it); the only module using matplotlib;
 - ``attention``: masks, masked softmax, the scoring functions, the online softmax, multi-head (and
   grouped-query) attention, the key-value cache;
 - ``positional``: the sinusoidal positional encoding and rotary position embeddings (RoPE);
@@ -79,7 +80,9 @@ from .decoding import (
     translate,
 )
 from .plotting import (
+    Explorer,
     LivePlot,
+    explore,
     live_loss_plot,
     plot,
     plot_runs,

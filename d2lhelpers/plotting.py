@@ -1,12 +1,18 @@
-"""Plotting: curves, attention heatmaps, runs compared over seeds and a live training plot.
+"""Plotting: curves, attention heatmaps, runs compared over seeds, a live training plot and
+explorers (a figure with controls that redraw it).
 
-The only module of the package that imports matplotlib (and seaborn, for the intervals over runs). Functions return the figure or axes they drew
-on, and change global settings only when asked to (``use_svg_display``, ``use_png_display``,
+The only module of the package that imports matplotlib (and seaborn, for the intervals over runs;
+ipywidgets, for the explorers' controls). Functions return the figure or axes they drew on, and
+change global settings only when asked to (``use_svg_display``, ``use_png_display``,
 ``set_figsize``).
 """
 
 from __future__ import annotations
 
+import base64
+import inspect
+import io
+import numbers
 import sys
 
 import matplotlib as mpl
@@ -15,7 +21,7 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 __all__ = ["use_svg_display", "use_png_display", "set_figsize", "plot", "show_heatmaps", "plot_runs",
-           "LivePlot", "live_loss_plot"]
+           "LivePlot", "live_loss_plot", "explore", "Explorer"]
 
 
 def _set_inline_formats(*formats: str, **kwargs) -> None:
@@ -249,3 +255,218 @@ def live_loss_plot(yscale: str = "linear"):
         live.add(len(report.epoch_losses), [report.epoch_losses[-1]])
 
     return add_epoch
+
+
+_WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def explore(draw, /, *, dpi: int = 150, interactive: bool | None = None, **controls):
+    """Show the figure ``draw()`` returns, with controls that redraw it; return the
+    :class:`Explorer`.
+
+    ``draw``: a function of keyword arguments that returns a matplotlib figure (or axes). Every
+    argument has a default: the defaults give the first figure, the one a notebook stores.
+    ``controls``: one per argument of ``draw`` that the learner may change:
+
+    - ``(low, high)`` or ``(low, high, step)``: a slider (of integers when all three are ints);
+    - a list of numbers: a slider over these values only (e.g. a log-spaced grid);
+    - a list of strings, or of ``(label, value)`` pairs: a drop-down menu;
+    - ``True`` or ``False``: a check box (its initial state is the default, not this value);
+    - an ipywidgets widget, used as it is (its value is set to the default).
+
+    In Jupyter (JupyterLab, Notebook) and on Colab, with ipywidgets installed, the cell shows the
+    controls above the figure, which is redrawn when a control is released. The controls are
+    ipywidgets' own (no custom widget, no JavaScript of ours): the figure is a PNG inside an
+    ``HTML`` widget, so nothing needs binary messages, a custom widget manager or a network fetch.
+    The cell's output is one display bundle: the widget view, and the first figure as
+    ``image/png`` beside it, which is what GitHub, nbconvert and a notebook not yet run (an
+    untrusted output in JupyterLab) show. Without ipywidgets, the PNG alone; outside a kernel
+    (``interactive=False``), nothing is shown, and the explorer still draws on ``set``.
+
+    >>> def draw(width=1.0):
+    ...     fig, ax = plt.subplots()
+    ...     ax.plot(x, np.exp(-(x / width) ** 2))
+    ...     return fig
+    >>> explorer = explore(draw, width=[0.1, 0.3, 1.0, 3.0])
+    >>> explorer.set(width=0.3)      # what moving the slider does
+    >>> explorer.values              # {'width': 0.3}; explorer.png: the figure drawn, PNG bytes
+    """
+    return Explorer(draw, controls, dpi=dpi, interactive=interactive)
+
+
+class Explorer:
+    """A figure with controls that redraw it; made and shown by :func:`explore`.
+
+    ``values``: the controls' current values; ``png``: the current figure as PNG bytes;
+    ``draws``: how many figures were drawn; ``widget``: the ipywidgets box (``None`` without a
+    front end); ``set(**values)`` moves controls from code and redraws once.
+    """
+
+    def __init__(self, draw, controls: dict, dpi: int = 150, interactive: bool | None = None):
+        if not callable(draw):
+            raise TypeError(f"explore: draw must be a function, got {type(draw).__name__}")
+        parameters = inspect.signature(draw).parameters
+        for name in controls:
+            if name not in parameters:
+                raise ValueError(f"explore: control {name!r} is not an argument of "
+                                 f"{draw.__name__}{inspect.signature(draw)}")
+        no_default = [name for name, p in parameters.items()
+                      if p.default is inspect.Parameter.empty
+                      and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        if no_default:
+            raise ValueError(f"explore: every argument of {draw.__name__} needs a default (the "
+                             f"first figure's value); {', '.join(no_default)} has none")
+        self.draw, self.dpi = draw, dpi
+        self.values = {name: parameters[name].default for name in controls}
+        for name, spec in controls.items():
+            _check_control(name, spec, self.values[name])
+        self.draws = 0
+        self.png = self._render()
+        self.interactive = _in_notebook() if interactive is None else interactive
+        self.widget = self._controls = self._picture = self._status = None
+        self._holding = False
+        if self.interactive:
+            try:
+                import ipywidgets  # noqa: F401
+            except ImportError:  # the static figure alone
+                pass
+            else:
+                self._build_widgets(controls)
+            if _in_notebook():
+                from IPython.display import display
+
+                display(self._mimebundle(), raw=True)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={value!r}" for name, value in self.values.items())
+        return (f"<explorer {self.draw.__name__}({shown}): run the cell in Jupyter or Colab to "
+                "move its controls>")
+
+    def set(self, **values) -> None:
+        """Move the named controls to ``values`` and redraw the figure once."""
+        for name, value in values.items():
+            if name not in self.values:
+                raise ValueError(f"Explorer.set: no control {name!r}; the controls are "
+                                 f"{list(self.values)}")
+        if self._controls is None:
+            self.values.update(values)
+            self._redraw()
+            return
+        self._holding = True
+        try:
+            for name, value in values.items():
+                self._controls[name].value = value
+        finally:
+            self._holding = False
+        self._redraw()
+
+    def _render(self) -> bytes:
+        """Draw at the current values; return the PNG. Every figure the draw opened is closed:
+        the explorer shows it, and it must not show again at the end of the cell."""
+        before = set(plt.get_fignums())
+        try:
+            figure = self.draw(**self.values)
+            if hasattr(figure, "flat"):  # an array of axes
+                figure = figure.flat[0]
+            figure = getattr(figure, "figure", figure)  # axes -> their figure
+            if not isinstance(figure, mpl.figure.Figure):
+                raise TypeError(f"explore: {self.draw.__name__} must return a matplotlib figure "
+                                f"or axes, got {type(figure).__name__}")
+            buffer = io.BytesIO()
+            figure.savefig(buffer, format="png", dpi=self.dpi, bbox_inches="tight")
+        finally:
+            for number in set(plt.get_fignums()) - before:
+                plt.close(number)
+        self.draws += 1
+        return buffer.getvalue()
+
+    def _redraw(self, change=None) -> None:
+        if self._holding:
+            return
+        if self._controls is not None:
+            self.values = {name: control.value for name, control in self._controls.items()}
+        try:
+            self.png = self._render()
+        except Exception as error:  # a callback's exception would go to a log the learner misses
+            if self._status is None:
+                raise
+            self._status.value = f"{self.draw.__name__} failed: {type(error).__name__}: {error}"
+            self._status.layout.display = None  # shown
+            return
+        if self._picture is not None:
+            self._picture.value = _img_tag(self.png)
+            self._status.value, self._status.layout.display = "", "none"
+
+    def _build_widgets(self, controls: dict) -> None:
+        import ipywidgets as widgets
+
+        self._controls = {name: _make_control(widgets, name, spec, self.values[name])
+                          for name, spec in controls.items()}
+        for control in self._controls.values():
+            control.observe(self._redraw, names="value")
+        self._picture = widgets.HTML(_img_tag(self.png))
+        self._status = widgets.Label("", layout=widgets.Layout(display="none"))  # for errors
+        row = widgets.HBox(list(self._controls.values()),
+                           layout=widgets.Layout(flex_flow="row wrap"))
+        self.widget = widgets.VBox([row, self._status, self._picture])
+        self.widget.add_class("d2lh-explorer")
+
+    def _mimebundle(self) -> dict:
+        data = {"text/plain": repr(self), "image/png": base64.b64encode(self.png).decode("ascii")}
+        if self.widget is not None:
+            data[_WIDGET_VIEW] = {"version_major": 2, "version_minor": 0,
+                                          "model_id": self.widget.model_id}
+        return data
+
+
+def _img_tag(png: bytes) -> str:
+    encoded = base64.b64encode(png).decode("ascii")
+    return f'<img src="data:image/png;base64,{encoded}" style="max-width: 100%" alt="figure">'
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def _check_control(name, spec, default) -> None:
+    """Reject a control that cannot show its default, before any widget is made."""
+    if hasattr(spec, "value") and hasattr(spec, "observe"):  # a widget
+        return
+    if isinstance(spec, bool):
+        if not isinstance(default, bool):
+            raise ValueError(f"explore: check box {name!r} needs a True/False default, got "
+                             f"{default!r}")
+    elif isinstance(spec, tuple) and len(spec) in (2, 3) and all(map(_is_number, spec)):
+        if not (_is_number(default) and spec[0] <= default <= spec[1]):
+            raise ValueError(f"explore: slider {name!r} runs from {spec[0]} to {spec[1]}, but its "
+                             f"default is {default!r}")
+    elif isinstance(spec, list) and spec:
+        values = [v[1] if isinstance(v, tuple) and len(v) == 2 else v for v in spec]
+        if default not in values:
+            raise ValueError(f"explore: the default of {name!r}, {default!r}, is not among its "
+                             f"options {values}")
+    else:
+        raise ValueError(f"explore: control {name!r} must be (low, high[, step]), a list of "
+                         f"options, True/False or a widget, got {spec!r}")
+
+
+def _make_control(widgets, name: str, spec, value):
+    """An ipywidgets control for ``spec`` (see :func:`explore`), set to ``value``."""
+    label = dict(description=name.replace("_", " "), style={"description_width": "initial"})
+    if hasattr(spec, "value") and hasattr(spec, "observe"):
+        spec.value = value
+        return spec
+    if isinstance(spec, bool):
+        return widgets.Checkbox(value=value, indent=False, **label)
+    if isinstance(spec, tuple):
+        low, high, *step = spec
+        if all(isinstance(x, int) for x in (*spec, value)):
+            return widgets.IntSlider(value=value, min=low, max=high, step=step[0] if step else 1,
+                                     continuous_update=False, **label)
+        step = step[0] if step else (high - low) / 100
+        return widgets.FloatSlider(value=value, min=low, max=high, step=step,
+                                   continuous_update=False, **label)
+    if all(map(_is_number, spec)):
+        return widgets.SelectionSlider(options=[(f"{v:g}", v) for v in spec], value=value,
+                                       continuous_update=False, **label)
+    return widgets.Dropdown(options=spec, value=value, **label)

@@ -1,3 +1,4 @@
+import base64
 import io
 
 import matplotlib
@@ -175,3 +176,125 @@ def test_plot_runs_shows_every_run_and_each_methods_mean_with_its_interval():
 def test_plot_runs_rejects_empty_runs(runs):
     with pytest.raises(ValueError, match="runs must map each method to at least one value"):
         d2lh.plot_runs(runs, ylabel="error")
+
+
+# Explorers: a figure with controls that redraw it ----------------------------------------------
+
+def draw_curve(scale=1.0, power=2, kind="line", log=False):
+    fig, ax = plt.subplots(figsize=(2, 1.5))
+    x = np.linspace(0.1, 1, 20)
+    ax.plot(x, scale * x ** power, "-" if kind == "line" else "o")
+    ax.set_yscale("log" if log else "linear")
+    return fig
+
+
+CONTROLS = dict(scale=(0.5, 2.0), power=[1, 2, 3], kind=["line", "dots"], log=False)
+
+
+def test_explore_draws_the_defaults_and_redraws_when_set():
+    explorer = d2lh.explore(draw_curve, interactive=False, **CONTROLS)
+    assert explorer.values == {"scale": 1.0, "power": 2, "kind": "line", "log": False}
+    assert explorer.png.startswith(b"\x89PNG") and explorer.draws == 1 and explorer.widget is None
+    first = explorer.png
+    explorer.set(power=3, kind="dots")
+    assert explorer.values["power"] == 3 and explorer.draws == 2 and explorer.png != first
+    assert plt.get_fignums() == []  # every figure closed: none shown again at the end of a cell
+    assert repr(explorer).startswith(
+        "<explorer draw_curve(scale=1.0, power=3, kind='dots', log=False)")
+
+
+def test_explore_makes_one_ipywidgets_control_per_argument_and_redraws_on_a_move():
+    widgets = pytest.importorskip("ipywidgets")
+    explorer = d2lh.explore(draw_curve, interactive=True, **CONTROLS)
+    controls = explorer.widget.children[0].children
+    assert [type(c) for c in controls] == [widgets.FloatSlider, widgets.SelectionSlider,
+                                           widgets.Dropdown, widgets.Checkbox]
+    assert [c.value for c in controls] == [1.0, 2, "line", False]
+    assert all(c.continuous_update is False for c in controls[:2])  # redraw on release
+    picture = explorer.widget.children[2]
+    assert base64.b64encode(explorer.png).decode() in picture.value
+    first = explorer.png
+    controls[0].value = 1.5  # what the learner's slider does
+    assert explorer.values["scale"] == 1.5 and explorer.draws == 2 and explorer.png != first
+    assert base64.b64encode(explorer.png).decode() in picture.value
+    explorer.set(power=1, log=True)  # two controls, one redraw
+    assert [c.value for c in controls] == [1.5, 1, "line", True] and explorer.draws == 3
+
+
+def test_explore_uses_an_int_slider_for_ints_and_a_given_widget_as_it_is():
+    widgets = pytest.importorskip("ipywidgets")
+    own = widgets.FloatLogSlider(min=-1, max=1)
+    explorer = d2lh.explore(draw_curve, interactive=True, power=(1, 4), scale=own)
+    power, scale = explorer.widget.children[0].children
+    assert isinstance(power, widgets.IntSlider) and (power.min, power.max, power.value) == (1, 4, 2)
+    assert scale is own and own.value == 1.0  # set to the default
+
+
+def test_explore_bundle_carries_the_widget_view_and_the_static_figure(monkeypatch):
+    pytest.importorskip("ipywidgets")
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *a, **kw: shown.append((a, kw)))
+    monkeypatch.setattr(d2lh.plotting, "_in_notebook", lambda: True)
+    explorer = d2lh.explore(draw_curve, **CONTROLS)
+    (bundle,), options = shown[0]
+    assert len(shown) == 1 and options == {"raw": True}
+    assert base64.b64decode(bundle["image/png"]) == explorer.png  # GitHub, nbconvert, untrusted
+    view = bundle["application/vnd.jupyter.widget-view+json"]
+    assert view["model_id"] == explorer.widget.model_id
+    assert bundle["text/plain"] == repr(explorer)  # what nbval compares: no random id, no bytes
+
+
+def test_explore_shows_a_failing_redraw_under_the_controls():
+    pytest.importorskip("ipywidgets")
+
+    def draw(scale=1.0):
+        if scale > 1.5:
+            raise RuntimeError("too large")
+        return draw_curve(scale)
+
+    explorer = d2lh.explore(draw, interactive=True, scale=(0.5, 2.0))
+    first = explorer.png
+    explorer.set(scale=2.0)
+    status = explorer.widget.children[1]
+    assert "RuntimeError: too large" in status.value and explorer.png == first
+    assert status.layout.display is None  # shown
+    explorer.set(scale=1.0)
+    assert status.value == "" and status.layout.display == "none" and plt.get_fignums() == []
+
+
+@pytest.mark.parametrize("controls, message", [
+    (dict(width=(0, 1)), "'width' is not an argument"),
+    (dict(scale=(2.0, 3.0)), "runs from 2.0 to 3.0, but its default is 1.0"),
+    (dict(power=[1, 3]), "not among its options"),
+    (dict(kind={"line": 1}), "must be \\(low, high\\[, step\\]\\)"),
+    (dict(log=True, scale=True), "needs a True/False default"),
+])
+def test_explore_rejects_controls_that_cannot_show_the_default(controls, message):
+    with pytest.raises(ValueError, match=message):
+        d2lh.explore(draw_curve, interactive=False, **controls)
+
+
+def test_explore_needs_defaults_and_a_figure():
+    with pytest.raises(ValueError, match="needs a default.*scale has none"):
+        d2lh.explore(lambda scale, power=2: None, interactive=False, power=[2])
+    with pytest.raises(TypeError, match="must return a matplotlib figure or axes, got NoneType"):
+        d2lh.explore(lambda scale=1.0: None, interactive=False, scale=(0.0, 2.0))
+    axes = d2lh.explore(lambda n=2: plt.subplots(1, n)[1], interactive=False, n=(1, 3))
+    assert axes.png.startswith(b"\x89PNG")  # an array of axes: their figure
+
+
+def test_importing_the_package_does_not_import_ipywidgets():
+    import subprocess
+    import sys
+
+    code = "import sys, d2lhelpers; assert 'ipywidgets' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_explore_leaves_the_learners_own_figures_open():
+    own = plt.figure()
+    explorer = d2lh.explore(draw_curve, interactive=False, scale=(0.5, 2.0))
+    explorer.set(scale=2.0)
+    assert plt.get_fignums() == [own.number]
