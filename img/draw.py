@@ -26,6 +26,7 @@ import argparse
 import base64
 import io
 import json
+import math
 import pathlib
 import re
 import sys
@@ -545,26 +546,37 @@ def kv_cache():
 
 
 def beam_search():
-    """Beam search with k = 2: at every step the k best of the k x V continuations survive (07)."""
+    """Beam search with k = 2 on notebook 10's made-up example: at every step the k best of the
+    candidates survive, a finished hypothesis competing as it is (10)."""
     fig, ax = canvas(9.0, 4.3)
-    # children of each hypothesis: (name, token, log-probability of the whole hypothesis)
-    children = {
-        "root": [("a", "I", -0.4), ("b", "we", -1.2), ("c", "you", -2.3)],
-        "a": [("aa", "am", -0.9), ("ab", "have", -1.5), ("ac", "was", -2.6)],
-        "b": [("ba", "are", -1.4), ("bb", "have", -2.4), ("bc", "were", -3.1)],
-        "aa": [("aaa", "here", -1.6), ("aab", "tired", -2.2), ("aac", "<eos>", -3.0)],
-        "ba": [("baa", "here", -2.0), ("bab", "tired", -2.7), ("bac", "<eos>", -3.3)],
+    # next-token probabilities after each prefix (the 3 likeliest tokens; they sum to 1), as in
+    # notebook 10's example: greedy decoding takes A C <eos> (0.19), beam search finds B <eos> (0.36)
+    next_probs = {
+        "root": [("a", "A", 0.5), ("b", "B", 0.4), ("c", "C", 0.1)],
+        "a": [("ac", "C", 0.4), ("ab", "B", 0.35), ("ae", "<eos>", 0.25)],
+        "b": [("be", "<eos>", 0.9), ("ba", "A", 0.05), ("bc", "C", 0.05)],
+        "ac": [("ace", "<eos>", 0.95), ("aca", "A", 0.03), ("acb", "B", 0.02)],
     }
     k = 2
     nodes = {"root": (0, "<bos>", 0.0, None, True)}  # name -> (step, token, log p, parent, kept)
+    log_p = {"root": 0.0}
+    finished = set()
     columns = [["root"]]
     frontier = ["root"]
     for step in range(1, 4):
-        candidates = [(logp, name, token, parent) for parent in frontier
-                      for name, token, logp in children[parent]]
+        candidates = []  # (log-probability of the whole hypothesis, name, token, parent)
+        for parent in frontier:
+            if parent in finished:  # a finished hypothesis is its own single candidate
+                candidates.append((log_p[parent], parent + "=", "(finished)", parent))
+                continue
+            for name, token, p in next_probs[parent]:
+                candidates.append((log_p[parent] + math.log(p), name, token, parent))
         kept = {name for _, name, _, _ in sorted(candidates, reverse=True)[:k]}
         for logp, name, token, parent in candidates:
             nodes[name] = (step, token, logp, parent, name in kept)
+            log_p[name] = logp
+            if token == "<eos>" or parent in finished:
+                finished.add(name)
         columns.append([name for _, name, _, _ in candidates])  # grouped by parent
         frontier = [name for name in columns[-1] if name in kept]
     xs = [0.65, 2.75, 4.95, 7.15]
@@ -574,19 +586,19 @@ def beam_search():
             y_of[name] = 2.2 if len(names) == 1 else 3.4 - i * 2.5 / (len(names) - 1)
     for name, (step, token, logp, parent, kept) in nodes.items():
         x, y = xs[step], y_of[name]
-        text = token if parent is None else f"{token}   {logp:.1f}"
-        box(ax, x - 0.55, y - 0.17, 1.1, 0.34, text, QUERY if kept else "white",
+        text = token if parent is None else f"{token}   {logp:.2f}"
+        box(ax, x - 0.65, y - 0.17, 1.3, 0.34, text, QUERY if kept else "white",
             QUERY_EDGE if kept else "#bbbbbb", size=9.5, color=INK if kept else MUTED)
         if parent is not None:
-            arrow(ax, (xs[step - 1] + 0.55, y_of[parent]), (x - 0.55, y),
+            arrow(ax, (xs[step - 1] + 0.65, y_of[parent]), (x - 0.65, y),
                   color="#555555" if kept else "#cccccc", lw=1.2 if kept else 0.8,
                   ls="-" if kept else "--")
     for step in range(4):
         label(ax, xs[step], 3.9, f"step {step}" if step else "start", size=10.5, weight="bold")
-    label(ax, 4.5, 0.42, "Every kept hypothesis is extended by each token of the vocabulary "
-          "(the 3 likeliest are drawn);", size=9.5, color="#555555")
-    label(ax, 4.5, 0.15, "of all candidates, the k = 2 with the highest log-probability of the "
-          "whole sequence survive (orange); the rest are pruned (grey).", size=9.5,
+    label(ax, 4.5, 0.42, "Each box: the new token and the log-probability of the whole hypothesis; "
+          "each kept unfinished one is extended by its 3 likeliest tokens,", size=9, color="#555555")
+    label(ax, 4.5, 0.15, "a finished one competes as it is. The k = 2 best candidates survive "
+          "(orange), the rest are pruned (grey). Best: B <eos>, log 0.36 = -1.02.", size=9,
           color="#555555")
     return fig
 
