@@ -23,7 +23,7 @@ from ..attention import KVCache, causal_valid_lens
 __all__ = ["seeded_generator", "randn", "randint", "random_floats", "random_choice",
            "random_sizes", "random_head_sizes", "size_text", "case_label", "labelled",
            "random_lengths", "MASK_KINDS", "valid_lens_case", "seeded_module",
-           "load_linear_weights", "feed_in_chunks"]
+           "load_linear_weights", "feed_in_chunks", "mask_inverted"]
 
 
 # Random draws ----------------------------------------------------------------------------------
@@ -119,6 +119,19 @@ def valid_lens_case(generator, kind: str | None, B: int, T_q: int,
              "per query": "valid_lens (B, T)" if self_attention else "valid_lens (B, T_q)",
              "zero": "a sequence with valid length 0"}[kind]
     return lengths, words
+
+
+# Symptoms several checks share ---------------------------------------------------------------
+
+def mask_inverted(weights, allowed) -> bool:
+    """Whether weights (..., T_k) give no weight to the keys ``allowed`` marks valid (0, or NaN
+    where a row has no padded key to go to) and sum to 1 over the padded keys of every row that
+    has some: the mask inverted. (Without any padding, such a mask leaves no key at all.)"""
+    padded = ~allowed.all(-1)
+    on_valid = torch.where(allowed, weights, 0.0)
+    on_padding = torch.where(allowed, 0.0, weights).sum(-1)
+    return (bool(((on_valid.abs() < 1e-6) | on_valid.isnan()).all())
+            and bool(((on_padding[padded] - 1).abs() < 1e-4).all()))
 
 
 # Modules ---------------------------------------------------------------------------------------

@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from ..attention import masked_softmax, sequence_mask
-from .cases import (labelled, randn, random_lengths, random_sizes, seeded_generator,
-                    seeded_module, size_text)
+from .cases import (labelled, mask_inverted, randn, random_lengths, random_sizes,
+                    seeded_generator, seeded_module, size_text)
 from .runner import Symptom, run_check
 
 __all__ = ["check_gru_cell", "check_luong_step"]
@@ -181,24 +181,13 @@ def _wrong_luong_step(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c,
     return attentional, {"new": new, "old": hidden, "attentional": attentional}[state], weights
 
 
-def _inverted(weights, allowed) -> bool:
-    """Whether weights (..., T_k) give no weight to the keys ``allowed`` marks valid (0, or NaN
-    where a row has no padded key to go to) and sum to 1 over the padded keys of every row that
-    has some: the mask inverted. (Without any padding, such a mask leaves no key at all.)"""
-    padded = ~allowed.all(-1)
-    on_valid = torch.where(allowed, weights, 0.0)
-    on_padding = torch.where(allowed, 0.0, weights).sum(-1)
-    return (bool(((on_valid.abs() < 1e-6) | on_valid.isnan()).all())
-            and bool(((on_padding[padded] - 1).abs() < 1e-4).all()))
-
-
 def _inverted_mask(result, embedded, hidden, enc_outputs, valid_lens, *modules) -> bool:
     """Whether the weights are those of an inverted mask (see :func:`_inverted`)."""
     weights = torch.as_tensor(result[2]).double()
     allowed = sequence_mask(valid_lens, enc_outputs.shape[1])
     if weights.shape != allowed.shape:
         return False
-    return _inverted(weights, allowed)
+    return mask_inverted(weights, allowed)
 
 
 _LUONG_STEP_MISTAKES = {

@@ -12,8 +12,9 @@ import torch
 from torch import nn
 
 from ..attention import MultiHeadAttention, masked_softmax, sequence_mask, valid_lens_to_mask
-from .cases import (MASK_KINDS, case_label, load_linear_weights, randn, random_choice,
-                    random_head_sizes, seeded_generator, seeded_module, size_text, valid_lens_case)
+from .cases import (MASK_KINDS, case_label, load_linear_weights, mask_inverted, randn,
+                    random_choice, random_head_sizes, seeded_generator, seeded_module, size_text,
+                    valid_lens_case)
 from .runner import Symptom, run_check
 
 __all__ = ['check_per_head_weights', 'check_to_torch_multihead', 'check_packed_self_attention']
@@ -219,17 +220,6 @@ def _weights_and_lens(result, *args):
     return torch.as_tensor(weights).double(), args[-1]
 
 
-def _inverted(weights, allowed) -> bool:
-    """Whether weights (..., T_k) give no weight to the keys ``allowed`` marks valid (0, or NaN
-    where a row has no padded key to go to) and sum to 1 over the padded keys of every row that
-    has some: the mask inverted. (Without any padding, such a mask leaves no key at all.)"""
-    padded = ~allowed.all(-1)
-    on_valid = torch.where(allowed, weights, 0.0)
-    on_padding = torch.where(allowed, 0.0, weights).sum(-1)
-    return (bool(((on_valid.abs() < 1e-6) | on_valid.isnan()).all())
-            and bool(((on_padding[padded] - 1).abs() < 1e-4).all()))
-
-
 def _inverted_mask(result, *args) -> bool:
     """Whether the weights are those of an inverted mask (see :func:`_inverted`)."""
     weights, valid_lens = _weights_and_lens(result, *args)
@@ -237,7 +227,7 @@ def _inverted_mask(result, *args) -> bool:
         return False
     B, h, T_q, T_k = weights.shape
     allowed = valid_lens_to_mask(valid_lens, T_q, T_k)[:, None].expand_as(weights)
-    return _inverted(weights, allowed)
+    return mask_inverted(weights, allowed)
 
 
 def _sums_over_another_axis(result, *args) -> bool:

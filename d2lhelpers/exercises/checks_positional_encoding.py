@@ -13,8 +13,8 @@ from torch import nn
 
 from ..attention import masked_softmax, sequence_mask, valid_lens_to_mask
 from ..positional import PositionalEncoding
-from .cases import (MASK_KINDS, case_label, labelled, randn, random_choice, random_floats,
-                    random_sizes, seeded_generator, size_text, valid_lens_case)
+from .cases import (MASK_KINDS, case_label, labelled, mask_inverted, randn, random_choice,
+                    random_floats, random_sizes, seeded_generator, size_text, valid_lens_case)
 from .runner import Symptom, run_check
 
 __all__ = ['check_sinusoidal_table', 'check_offset_attention', 'check_relative_self_attention']
@@ -361,24 +361,13 @@ def _far_keys_otherwise(result, d_model, max_distance, parameters, X, valid_lens
             and torch.allclose(output, weights @ values, atol=1e-4))
 
 
-def _inverted(weights, allowed) -> bool:
-    """Whether weights (..., T_k) give no weight to the keys ``allowed`` marks valid (0, or NaN
-    where a row has no padded key to go to) and sum to 1 over the padded keys of every row that
-    has some: the mask inverted. (Without any padding, such a mask leaves no key at all.)"""
-    padded = ~allowed.all(-1)
-    on_valid = torch.where(allowed, weights, 0.0)
-    on_padding = torch.where(allowed, 0.0, weights).sum(-1)
-    return (bool(((on_valid.abs() < 1e-6) | on_valid.isnan()).all())
-            and bool(((on_padding[padded] - 1).abs() < 1e-4).all()))
-
-
 def _inverted_mask(result, d_model, max_distance, parameters, X, valid_lens) -> bool:
     """Whether the weights are those of an inverted mask (see :func:`_inverted`)."""
     weights = torch.as_tensor(result[1]).double()
     if valid_lens is None or weights.dim() != 3:
         return False
     allowed = valid_lens_to_mask(valid_lens, *weights.shape[1:])
-    return _inverted(weights, allowed)
+    return mask_inverted(weights, allowed)
 
 
 _RELATIVE_SELF_ATTENTION_MISTAKES = {
