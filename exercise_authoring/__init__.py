@@ -22,11 +22,12 @@ nbgrader's source notebook adds the hidden tests below the call, which a learner
     ... (the same check with seed=1, by a copy of the checks loaded afresh)
     ### END HIDDEN TESTS
 
-Three commands, run from the repository's folder::
+Four commands, run from the repository's folder::
 
     python -m exercise_authoring update notebooks/*.ipynb
     python -m exercise_authoring copies notebooks/*.ipynb --out exercises/
     python -m exercise_authoring source notebooks/0[1-3]_*.ipynb --out source/attention/
+    python -m exercise_authoring reading notebooks/*.ipynb
 
 ``update`` rewrites, in place, each teaching notebook's setup cell (on Colab it installs
 d2lhelpers at the release tag of the package's version; anywhere it imports d2lhelpers), its
@@ -52,10 +53,13 @@ from .copies import (
     BEGIN_ANSWER,
     BEGIN_HIDDEN_TESTS,
     BEGIN_SOLUTION,
+    COLLAPSE_TAG,
     END_ANSWER,
     END_HIDDEN_TESTS,
     END_SOLUTION,
     STUB,
+    collapse,
+    expand,
     has_solution,
     notebook_text,
     source_of,
@@ -65,6 +69,7 @@ from .copies import (
 )
 from .nbgrader_metadata import SETUP_GRADE_ID, nbgrader_role, with_nbgrader_metadata
 from .project import Project, find_project
+from .reading import MAX_MINUTES, MAX_WORDS, Reading, reading_time
 from .sources import (
     check_calls,
     hidden_tests_source,
@@ -77,9 +82,13 @@ from .sources import (
 
 __all__ = [
     "ANSWER_STUB",
+    "MAX_MINUTES",
+    "MAX_WORDS",
+    "Reading",
     "BEGIN_ANSWER",
     "BEGIN_HIDDEN_TESTS",
     "BEGIN_SOLUTION",
+    "COLLAPSE_TAG",
     "END_ANSWER",
     "END_HIDDEN_TESTS",
     "END_SOLUTION",
@@ -87,6 +96,8 @@ __all__ = [
     "STUB",
     "Project",
     "check_calls",
+    "collapse",
+    "expand",
     "find_project",
     "has_solution",
     "hidden_tests_source",
@@ -95,6 +106,7 @@ __all__ = [
     "nbgrader_source_notebook",
     "nbgrader_sources",
     "notebook_text",
+    "reading_time",
     "setup_source",
     "source_of",
     "student_notebook",
@@ -131,6 +143,10 @@ def main(argv=None) -> int:
     source.add_argument("notebooks", nargs="+", type=Path, help="teaching notebooks")
     source.add_argument("--out", type=Path, required=True,
                         help="folder for them: source/<assignment>/ in an nbgrader course folder")
+    reading = commands.add_parser(
+        "reading", help="print each notebook's main-line reading time: prose words / 200 + "
+                        "visible code lines / 10 minutes")
+    reading.add_argument("notebooks", nargs="+", type=Path, help="teaching notebooks")
     args = parser.parse_args(argv)
     if args.command == "update":
         for path, changed in update_sources(args.notebooks):
@@ -138,6 +154,14 @@ def main(argv=None) -> int:
     elif args.command == "copies":
         for path in write_copies(args.notebooks, args.out, args.answer_key):
             print(f"wrote {path}")
+    elif args.command == "reading":
+        import json
+
+        print(f"{'notebook':<48} {'words':>6} {'code':>5} {'minutes':>8}")
+        for path in args.notebooks:
+            r = reading_time(json.loads(path.read_text(encoding="utf-8")))
+            flag = "" if r.minutes <= MAX_MINUTES and r.words <= MAX_WORDS else "  over"
+            print(f"{path.name:<48} {r.words:>6} {r.code_lines:>5} {r.minutes:>8.1f}{flag}")
     else:
         for path in nbgrader_sources(args.notebooks, args.out):
             print(f"wrote {path}")

@@ -26,7 +26,10 @@ __all__ = [
     "END_ANSWER",
     "END_HIDDEN_TESTS",
     "END_SOLUTION",
+    "COLLAPSE_TAG",
     "STUB",
+    "collapse",
+    "expand",
     "has_solution",
     "notebook_text",
     "source_of",
@@ -46,6 +49,34 @@ _BEGIN, _END = "BEGIN SOLUTION", "END SOLUTION"  # what nbgrader looks for in a 
 # setup cell imports).
 STUB = "# YOUR CODE HERE\nraise d2lhelpers.exercises.NotWrittenYet()"
 ANSWER_STUB = "YOUR ANSWER HERE"  # nbgrader's own text stub
+# A cell whose code a learner need not read (a check, figure code, a code solution) is collapsed in
+# each front end: JupyterLab reads jupyter.source_hidden, Colab its form view (cellView), Jupyter
+# Book and nbconvert templates the tag hide-input. The author tags a cell hide-input; `update`
+# writes the rest.
+COLLAPSE_TAG = "hide-input"
+
+
+def collapse(cell: dict) -> None:
+    """Collapse a code cell's source in JupyterLab, Colab and Jupyter Book (its output stays)."""
+    metadata = cell.setdefault("metadata", {})
+    metadata.setdefault("jupyter", {})["source_hidden"] = True
+    metadata["cellView"] = "form"
+    tags = metadata.setdefault("tags", [])
+    if COLLAPSE_TAG not in tags:
+        tags.append(COLLAPSE_TAG)
+
+
+def expand(cell: dict) -> None:
+    """Undo :func:`collapse` (a student copy's exercise cell is where the learner writes)."""
+    metadata = cell.get("metadata", {})
+    metadata.get("jupyter", {}).pop("source_hidden", None)
+    if metadata.get("jupyter") == {}:
+        del metadata["jupyter"]
+    metadata.pop("cellView", None)
+    if COLLAPSE_TAG in metadata.get("tags", []):
+        metadata["tags"].remove(COLLAPSE_TAG)
+        if not metadata["tags"]:
+            del metadata["tags"]
 
 _REGION = re.compile(rf"^([ \t]*)[^\n]*{_BEGIN}[^\n]*\n.*?^[^\n]*{_END}[^\n]*$",
                      re.MULTILINE | re.DOTALL)
@@ -92,6 +123,8 @@ def student_notebook(notebook: dict, keep_solutions: bool = False,
     badges = 0
     for cell in notebook["cells"]:
         if not keep_solutions and cell["cell_type"] in ("code", "markdown"):
+            if cell["cell_type"] == "code" and has_solution(source_of(cell)):
+                expand(cell)
             cell["source"] = student_source(source_of(cell), cell["cell_type"])
             if cell["cell_type"] == "markdown":
                 cell["source"], found = BADGE.subn(

@@ -16,7 +16,15 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from .copies import BEGIN_ANSWER, BEGIN_HIDDEN_TESTS, END_ANSWER, END_HIDDEN_TESTS, source_of
+from .copies import (
+    BEGIN_ANSWER,
+    BEGIN_HIDDEN_TESTS,
+    COLLAPSE_TAG,
+    END_ANSWER,
+    END_HIDDEN_TESTS,
+    collapse,
+    source_of,
+)
 from .nbgrader_metadata import SETUP_HEADER, nbgrader_role, with_nbgrader_metadata
 from .project import Project, find_project
 
@@ -96,16 +104,35 @@ def _answer_markers_hidden(source: str) -> str:
         lambda m: BEGIN_ANSWER if m.group(1) == "BEGIN" else END_ANSWER, source)
 
 
+_ANSWER_REGION = re.compile(rf"({re.escape(BEGIN_ANSWER)}\n)(.*?)(\n?{re.escape(END_ANSWER)})", re.DOTALL)
+DETAILS_OPEN, DETAILS_CLOSE = "<details><summary>Answer</summary>", "</details>"
+
+
+def _answer_behind_a_click(source: str) -> str:
+    """A markdown cell's source with each model answer (between the HTML-comment markers) inside
+    ``<details><summary>Answer</summary> ... </details>``, which GitHub, JupyterLab and Colab show
+    closed. The ``<details>`` lines sit inside the markers, so a student copy loses them with the
+    answer."""
+    def wrap(m: re.Match) -> str:
+        body = m.group(2).strip("\n")
+        if body.startswith(DETAILS_OPEN):
+            return m.group(0)
+        return f"{m.group(1)}{DETAILS_OPEN}\n\n{body}\n\n{DETAILS_CLOSE}{m.group(3)}"
+    return _ANSWER_REGION.sub(wrap, source)
+
+
 def updated_notebook(notebook: dict, project: Project) -> dict:
     """The teaching notebook ``notebook`` (nbformat JSON as a dict) with its setup cell rewritten
     from the template, hidden tests removed from its check cells, nbval's comment markers moved
-    into cell tags, the solution markers of its markdown cells made HTML comments, and its
-    nbgrader metadata rewritten; a notebook that is up to date comes back equal."""
+    into cell tags, the solution markers of its markdown cells made HTML comments with the answer
+    inside ``<details>``, code solutions and the cells tagged ``hide-input`` (checks and figure
+    code) collapsed in every front end (:func:`copies.collapse`), and its nbgrader metadata
+    rewritten; a notebook that is up to date comes back equal."""
     notebook = copy.deepcopy(notebook)
     for cell in notebook["cells"]:
         if cell["cell_type"] == "markdown":
             source = source_of(cell)
-            hidden = _answer_markers_hidden(source)
+            hidden = _answer_behind_a_click(_answer_markers_hidden(source))
             if hidden != source:
                 cell["source"] = hidden
     code = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
@@ -115,7 +142,10 @@ def updated_notebook(notebook: dict, project: Project) -> dict:
     code[0]["source"] = setup_source(project)
     for cell in code:
         _nbval_markers_to_tags(cell)
-        if (nbgrader_role(cell) or ("",))[0] != "check":
+        role = (nbgrader_role(cell) or ("",))[0]
+        if role == "solution" or COLLAPSE_TAG in cell.get("metadata", {}).get("tags", []):
+            collapse(cell)
+        if role != "check":
             continue
         source = source_of(cell)
         if not check_calls(source):

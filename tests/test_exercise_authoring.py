@@ -278,11 +278,44 @@ def test_updated_notebook_hides_the_markers_of_model_answers_in_html_comments():
     notebook = exercise_notebook(("code", OLD_SETUP, {}), ("code", SOLUTION_CELL, {}),
                                  ("markdown", answer, {}))
     cells = authoring.updated_notebook(notebook, PROJECT)["cells"]
-    assert cells[2]["source"] == "**Answer:**\n<!-- BEGIN SOLUTION -->\nBecause.\n<!-- END SOLUTION -->"
+    assert cells[2]["source"] == ("**Answer:**\n<!-- BEGIN SOLUTION -->\n"
+                                  "<details><summary>Answer</summary>\n\nBecause.\n\n</details>\n"
+                                  "<!-- END SOLUTION -->")
     assert cells[2]["metadata"]["nbgrader"]["grade_id"] == "answer_1"
     assert cells[1]["source"] == SOLUTION_CELL, "code keeps its comments"
     assert authoring.updated_notebook({**notebook, "cells": cells}, PROJECT)["cells"] == cells
     assert student_source(cells[2]["source"], "markdown") == "**Answer:**\nYOUR ANSWER HERE"
+
+
+def test_updated_notebook_collapses_checks_figure_code_and_solutions_and_copies_expand_solutions():
+    check = ("code", "assert 1 + 1 == 2\nprint('✓ 1 + 1 == 2')", {"tags": ["hide-input"]})
+    notebook = exercise_notebook(("markdown", f"# Demo\n{BADGE}", {}), ("code", OLD_SETUP, {}),
+                                 ("code", "x = 1", {}), check, ("code", SOLUTION_CELL, {}))
+    cells = authoring.updated_notebook(notebook, PROJECT)["cells"]
+    for cell in (cells[3], cells[4]):  # the check and the code solution
+        assert cell["metadata"]["jupyter"] == {"source_hidden": True}  # JupyterLab
+        assert cell["metadata"]["cellView"] == "form"  # Colab
+        assert cell["metadata"]["tags"] == ["hide-input"]  # Jupyter Book, nbconvert
+    assert "jupyter" not in cells[2]["metadata"] and "tags" not in cells[2]["metadata"]
+    assert authoring.updated_notebook({**notebook, "cells": cells}, PROJECT)["cells"] == cells
+    copy = authoring.student_notebook({**notebook, "cells": cells}, colab_url="https://x")
+    assert copy["cells"][3]["metadata"]["jupyter"] == {"source_hidden": True}, "checks stay folded"
+    assert not {"jupyter", "cellView", "tags"} & set(copy["cells"][4]["metadata"]), \
+        "the learner writes in the exercise cell: the copy shows it"
+
+
+def test_reading_time_counts_main_line_prose_and_visible_code_only():
+    notebook = exercise_notebook(
+        ("markdown", "# Title\nOne two three $x^2 + y$ four.", {}),  # 1 + 5 words (math is one)
+        ("code", "a = 1\n# a comment\n\nb = 2", {}),  # 2 lines
+        ("code", "assert a == 1", {"jupyter": {"source_hidden": True}}),  # collapsed: 0
+        ("markdown", "## Going deeper: more\nnot counted", {}),
+        ("code", "c = 3", {}),
+        ("markdown", "## Summary\nSix", {}),  # main line again: 2 words
+        ("markdown", "## Exercises\nnot counted", {}), ("code", "d = 4", {}))
+    reading = authoring.reading_time(notebook)
+    assert (reading.words, reading.code_lines) == (1 + 5 + 2, 2)
+    assert reading.minutes == pytest.approx(8 / 200 + 2 / 10)
 
 
 def test_updated_notebook_moves_nbval_comment_markers_into_cell_tags():

@@ -9,6 +9,7 @@ import sys
 import nbformat
 import pytest
 
+import exercise_authoring as authoring
 from d2lhelpers import exercises
 
 if sys.version_info >= (3, 11):
@@ -82,6 +83,35 @@ def test_the_page_holds_a_short_setup_cell_and_no_grading_or_testing_machinery(n
     assert len(setup) <= 5, f"{notebook.name}: a setup cell of {len(setup)} lines: run {UPDATE}"
     found = [line.strip() for c in code for line in c.source.splitlines() if MACHINERY.search(line)]
     assert not found, f"{notebook.name}: grading or testing machinery on the page: {found}"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_the_main_line_reads_in_half_an_hour_with_checks_collapsed_and_answers_behind_a_click(
+        notebook):
+    nb = nbformat.read(notebook, as_version=4)
+    reading = authoring.reading_time(nb)
+    assert reading.minutes <= authoring.MAX_MINUTES and reading.words <= authoring.MAX_WORDS, (
+        f"{notebook.name}: the main line reads in {reading.minutes:.0f} min ({reading.words} "
+        f"words, {reading.code_lines} visible code lines): at most {authoring.MAX_MINUTES} min "
+        f"and {authoring.MAX_WORDS} words (python -m exercise_authoring reading)")
+    for index, cell in enumerate(nb.cells):
+        role = (authoring.nbgrader_role(cell) or ("",))[0]
+        hidden = cell.metadata.get("jupyter", {}).get("source_hidden", False)
+        where = f"{notebook.name}, cell {index}"
+        if role == "answer":
+            assert "<details><summary>Answer</summary>" in cell.source, \
+                f"{where}: a model answer in view: run {UPDATE}"
+        if role == "solution":
+            assert hidden, f"{where}: a code solution in view: run {UPDATE}"
+        if cell.cell_type != "code" or role == "solution":
+            continue
+        tagged = authoring.COLLAPSE_TAG in cell.metadata.get("tags", [])
+        assert hidden == tagged, f"{where}: collapse it everywhere or nowhere: run {UPDATE}"
+        if hidden:
+            assert cell.metadata.get("cellView") == "form", f"{where}: run {UPDATE}"
+            assert cell.outputs, f"{where}: a collapsed cell says in its output what held or shows"
+            assert not re.search(r"^class\s", cell.source, re.MULTILINE), \
+                f"{where}: a collapsed cell checks or draws; the learner's classes stay in view"
 
 
 def test_readme_lists_every_notebook_with_its_badge():
