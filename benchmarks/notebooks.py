@@ -6,7 +6,10 @@
 
 Run it in the environment the tests use, with D2LHELPERS_DATA_DIR pointing at the offline data as
 .ci/run sets it, on an otherwise idle machine (a second PyTorch process slows both down many times).
-Prints a Markdown table of wall-clock seconds per notebook, kernel start-up included.
+Prints a Markdown table of wall-clock seconds per notebook, kernel start-up included, and each as a
+multiple of a fixed reference workload timed in the same run (``reference_seconds``: a small
+Transformer's training steps), so that a budget can be stated and checked on machines that differ
+in speed: "at most N reference units" holds on a fast and a slow machine alike.
 
 With ``--write`` each notebook is also stored in place with its new outputs: that is how a maintainer
 executes a notebook before committing it. Volatile metadata (execution timestamps) is dropped, so a
@@ -27,6 +30,37 @@ from nbclient import NotebookClient
 
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 NOTEBOOK_DIR = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
+
+
+def reference_seconds(device: str | torch.device = "cpu", repeats: int = 3) -> float:
+    """Seconds of a fixed workload on ``device``, best of ``repeats``: 20 training steps of a
+    2-block Transformer (d_model 128, batches of 64 pairs of 12 tokens), the kind of work the
+    notebooks do. The unit in which notebook times are compared across machines."""
+    import d2lhelpers as d2lh
+
+    device = torch.device(device)
+    generator = torch.Generator().manual_seed(0)
+    src = torch.randint(4, 200, (64, 12), generator=generator).to(device)
+    tgt = torch.randint(4, 200, (64, 12), generator=generator).to(device)
+    lens = torch.full((64,), 12, device=device)
+    torch.manual_seed(0)
+    model = d2lh.Transformer(200, 200, d_model=128, num_heads=4, ffn_hidden=256, num_layers=2,
+                             dropout=0.0).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    best = float("inf")
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(20):
+            loss = torch.nn.functional.cross_entropy(model(src, lens, tgt).flatten(0, 1),
+                                                     tgt.flatten())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        loss.item()  # waits for the device
+        best = min(best, time.perf_counter() - start)
+    return best
 
 
 def run(path: pathlib.Path, write: bool = False) -> float:
@@ -57,13 +91,17 @@ def main(argv=None) -> int:
     paths = args.notebooks or sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
     print(f"torch {torch.__version__}, {platform.machine()}, {torch.get_num_threads()} thread(s)"
           f"{', outputs written' if args.write else ''}\n")
-    print("| notebook | seconds |\n|---|---:|", flush=True)
+    unit = reference_seconds()
+    print(f"reference workload: {unit:.2f} s (benchmarks/notebooks.py: reference_seconds)\n")
+    print("| notebook | seconds | reference units |\n|---|---:|---:|", flush=True)
     total = 0.0
     for path in paths:
         seconds = run(path, write=args.write)
         total += seconds
-        print(f"| {path.stem} | {seconds:.0f} |", flush=True)
-    print(f"| all {len(paths)} | {total:.0f} |")
+        print(f"| {path.stem} | {seconds:.0f} | {seconds / unit:.0f} |", flush=True)
+    print(f"| all {len(paths)} | {total:.0f} | {total / unit:.0f} |")
+    print(f"\nreference workload after the run: {reference_seconds():.2f} s (a large change: the "
+          "machine's speed changed during the run)")
     return 0
 
 

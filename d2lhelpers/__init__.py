@@ -62,7 +62,7 @@ from .data import (
     tokenize,
     truncate_pad,
 )
-from .decoder_only import DecoderOnlyBlock, DecoderOnlyLM, LMState
+from .decoder_only import DecoderOnlyBlock, DecoderOnlyLM, LMState, SwiGLU, llama_rope_permutation
 from .decoding import (
     Beams,
     BeamSearchResult,

@@ -26,9 +26,15 @@ def check_int(value, name: str, minimum: int = 1) -> int:
     return value
 
 
-def check_tokens(tokens, name: str = "tokens") -> torch.Tensor:
-    """Return ``tokens`` if it is a tensor of integer token indices of shape (B, T); otherwise
-    raise a ``ValueError`` naming the argument and the shape or dtype seen."""
+def check_tokens(tokens, name: str = "tokens", vocab_size: int | None = None) -> torch.Tensor:
+    """Return ``tokens`` if it is a tensor of integer token ids of shape (B, T) with at least one
+    token, each in ``[0, vocab_size)`` when ``vocab_size`` is given; otherwise raise a
+    ``ValueError`` naming the argument (``name``) and the shape, dtype or id seen.
+
+    The range check reads the smallest and largest id (one host synchronisation, which stalls a
+    GPU): models call it where tokens enter (``nn.Embedding`` would otherwise fail with an
+    ``IndexError`` that names neither the argument nor the id, or a device-side assert on a GPU).
+    """
     if not isinstance(tokens, torch.Tensor):
         raise ValueError(f"{name} must be a tensor of token indices of shape (B, T), got "
                          f"{type(tokens).__name__}")
@@ -36,6 +42,14 @@ def check_tokens(tokens, name: str = "tokens") -> torch.Tensor:
         raise ValueError(f"{name} must hold integer token indices, got dtype {tokens.dtype}")
     if tokens.dim() != 2:
         raise ValueError(f"{name} must have shape (B, T), got {tuple(tokens.shape)}")
+    if tokens.numel() == 0:
+        raise ValueError(f"{name} must hold at least one token per row, got shape "
+                         f"{tuple(tokens.shape)}")
+    if vocab_size is not None:
+        low, high = torch.stack([tokens.min(), tokens.max()]).tolist()  # the one read
+        if low < 0 or high >= vocab_size:
+            raise ValueError(f"{name} must be token ids in [0, vocab_size={vocab_size}), got "
+                             f"{low if low < 0 else high}")
     return tokens
 
 
@@ -67,8 +81,21 @@ def set_seed(seed: int = 0) -> int:
     return seed
 
 
+DEVICE_VARIABLE = "D2LHELPERS_DEVICE"
+
+
 def choose_device() -> torch.device:
-    """The fastest device available: CUDA, then Apple's MPS, then the CPU."""
+    """The fastest device available: CUDA, then Apple's MPS, then the CPU; or the device named by
+    the environment variable ``D2LHELPERS_DEVICE`` (e.g. ``cpu``), with which
+    ``benchmarks/on_device.py`` runs every notebook on the device it is asked for."""
+    named = os.environ.get(DEVICE_VARIABLE)
+    if named:
+        try:
+            device = torch.device(named)
+            torch.empty(0, device=device)  # fails at once if the device is not there
+        except (RuntimeError, AssertionError) as error:
+            raise ValueError(f"${DEVICE_VARIABLE}={named!r} is not a device here: {error}") from None
+        return device
     if torch.cuda.is_available():
         return torch.device("cuda")
     mps = getattr(torch.backends, "mps", None)

@@ -379,10 +379,7 @@ def generate(model, prompt: torch.Tensor, max_new_tokens: int, temperature: floa
     step (:class:`NextLogits`). The two give the same tokens (up to the rounding of the logits).
     """
     check_int(max_new_tokens, "max_new_tokens")
-    check_tokens(prompt, "prompt")
-    if prompt.shape[1] == 0:
-        raise ValueError(f"prompt must hold at least one token per row, got shape "
-                         f"{tuple(prompt.shape)}")
+    check_tokens(prompt, "prompt", getattr(model, "vocab_size", None))
     next_token_probs(torch.zeros(1, 2), temperature, top_k, top_p)  # checks the settings once
     model.eval()
     next_logits = NextLogits(model.step, model.init_state, use_cache)

@@ -280,7 +280,8 @@ def explore(draw, /, *, dpi: int = 150, interactive: bool | None = None, **contr
     ``HTML`` widget, so nothing needs binary messages, a custom widget manager or a network fetch.
     The cell's output is one display bundle: the widget view, and the first figure as
     ``image/png`` beside it, which is what GitHub, nbconvert and a notebook not yet run (an
-    untrusted output in JupyterLab) show. Without ipywidgets, the PNG alone; outside a kernel
+    untrusted output in JupyterLab) show. Without ipywidgets, or with ipywidgets 7 outside Colab
+    (JupyterLab 4 cannot render it), the PNG alone; outside a kernel
     (``interactive=False``), nothing is shown, and the explorer still draws on ``set``.
 
     >>> def draw(width=1.0):
@@ -292,6 +293,24 @@ def explore(draw, /, *, dpi: int = 150, interactive: bool | None = None, **contr
     >>> explorer.values              # {'width': 0.3}; explorer.png: the figure drawn, PNG bytes
     """
     return Explorer(draw, controls, dpi=dpi, interactive=interactive)
+
+
+def _widgets_render_here() -> bool:
+    """Whether ipywidgets' controls can show here: ipywidgets installed, and version 8 or later
+    except on Colab. JupyterLab 4 (and Notebook 7) render only ipywidgets 8's widgets: with 7.x a
+    widget view shows an error, or nothing, where the figure should be. Then the explorer shows
+    its figure alone and says in one line how to get the controls. Colab renders 7.7, the version
+    it preinstalls."""
+    try:
+        import ipywidgets
+    except ImportError:
+        return False
+    major = int(str(getattr(ipywidgets, "__version__", "8")).split(".")[0])
+    if major >= 8 or "google.colab" in sys.modules:
+        return True
+    print(f"(ipywidgets {ipywidgets.__version__}: JupyterLab 4 shows the controls with ipywidgets "
+          ">= 8 only; pip install -U ipywidgets, then restart the kernel. The figure alone below.)")
+    return False
 
 
 class Explorer:
@@ -326,11 +345,7 @@ class Explorer:
         self.widget = self._controls = self._picture = self._status = None
         self._holding = False
         if self.interactive:
-            try:
-                import ipywidgets  # noqa: F401
-            except ImportError:  # the static figure alone
-                pass
-            else:
+            if _widgets_render_here():
                 self._build_widgets(controls)
             if _in_notebook():
                 from IPython.display import display

@@ -57,7 +57,7 @@ class GRUEncoder(nn.Module):
                           dropout=dropout if num_layers > 1 else 0.0)
 
     def forward(self, tokens, src_valid_lens=None):
-        B, T_src = check_tokens(tokens, "src").shape
+        B, T_src = check_tokens(tokens, "src", self.embedding.num_embeddings).shape
         check_valid_lens(src_valid_lens, B, None, T_src, name="src_valid_lens", keys_name="T_src",
                          minimum=1)
         X = self.dropout(self.embedding(tokens))  # (B, T_src, E)
@@ -132,7 +132,7 @@ class BahdanauDecoder(nn.Module):
 
     def step(self, tokens, state: BahdanauDecoderState):
         """Feed tokens (B, T_new), one position after the other; return their logits (B, T_new, V)."""
-        check_tokens(tokens, "tokens")
+        check_tokens(tokens, "tokens")  # their range is checked by forward, not at every step
         if tokens.shape[0] != state.hidden.shape[1]:
             raise ValueError(f"tokens have batch size {tokens.shape[0]} but the state holds "
                              f"{state.hidden.shape[1]} rows (hidden {tuple(state.hidden.shape)})")
@@ -151,6 +151,7 @@ class BahdanauDecoder(nn.Module):
         return self.output(self.dropout(torch.cat(outputs, dim=1)))  # (B, T_new, V)
 
     def forward(self, tokens, enc_outputs, src_valid_lens):
+        check_tokens(tokens, "tokens", self.embedding.num_embeddings)
         return self.step(tokens, self.init_state(enc_outputs, src_valid_lens))
 
 
@@ -169,6 +170,8 @@ class BahdanauSeq2Seq(nn.Module):
                                        dropout)
 
     def forward(self, src, src_valid_lens, dec_input):
-        check_tokens(dec_input, "dec_input")  # an error names the argument the caller passed
+        # an error names the argument the caller passed
+        check_tokens(dec_input, "dec_input", self.decoder.embedding.num_embeddings)
         enc_outputs = self.encoder(src, src_valid_lens)
-        return self.decoder(dec_input, enc_outputs, src_valid_lens)
+        # the decoder's forward, without checking dec_input's ids a second time
+        return self.decoder.step(dec_input, self.decoder.init_state(enc_outputs, src_valid_lens))

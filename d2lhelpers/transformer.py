@@ -35,11 +35,12 @@ __all__ = [
 class PositionwiseFFN(nn.Module):
     """The same two-layer MLP applied at every position: (B, T, d_model) -> (B, T, d_model)."""
 
-    def __init__(self, d_model: int, ffn_hidden: int, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, ffn_hidden: int, dropout: float = 0.0,
+                 bias: bool = True) -> None:
         super().__init__()
-        self.linear1 = nn.Linear(d_model, ffn_hidden)
+        self.linear1 = nn.Linear(d_model, ffn_hidden, bias=bias)
         self.dropout = nn.Dropout(dropout)
-        self.linear2 = nn.Linear(ffn_hidden, d_model)
+        self.linear2 = nn.Linear(ffn_hidden, d_model, bias=bias)
 
     def forward(self, X):
         return self.linear2(self.dropout(torch.relu(self.linear1(X))))
@@ -152,7 +153,7 @@ class TransformerEncoder(nn.Module):
         self.final_norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()
 
     def forward(self, tokens, src_valid_lens=None, need_weights: bool = False):
-        B, T_src = check_tokens(tokens, "src").shape
+        B, T_src = check_tokens(tokens, "src", self.embed.embedding.num_embeddings).shape
         src_valid_lens = check_valid_lens(src_valid_lens, B, None, T_src, name="src_valid_lens",
                                           keys_name="T_src", device=tokens.device)
         X = self.embed(tokens)
@@ -277,7 +278,7 @@ class TransformerDecoder(nn.Module):
     def step(self, tokens, state: DecoderState, need_weights: bool = False):
         """Feed new positions (B, T_new) after the ``state.num_decoded`` positions already seen;
         return their logits (B, T_new, V)."""
-        check_tokens(tokens, "tokens")
+        check_tokens(tokens, "tokens")  # their range is checked by forward, not at every step
         X = self.embed(tokens, state.num_decoded)  # the new positions' places in the sequence
         for block, self_cache, cross_cache in zip(self.blocks, state.self_caches,
                                                   state.cross_caches):
@@ -285,6 +286,7 @@ class TransformerDecoder(nn.Module):
         return self.output(self.final_norm(X))
 
     def forward(self, tokens, enc_outputs, src_valid_lens=None, need_weights: bool = False):
+        check_tokens(tokens, "tokens", self.embed.embedding.num_embeddings)
         return self.step(tokens, self.init_state(enc_outputs, src_valid_lens), need_weights)
 
     @property
@@ -313,9 +315,12 @@ class Transformer(nn.Module):
                                           num_layers, dropout, norm_first, max_len)
 
     def forward(self, src, src_valid_lens, dec_input, need_weights: bool = False):
-        check_tokens(dec_input, "dec_input")  # an error names the argument the caller passed
+        # an error names the argument the caller passed
+        check_tokens(dec_input, "dec_input", self.decoder.embed.embedding.num_embeddings)
         enc_outputs = self.encoder(src, src_valid_lens, need_weights)  # checks the lengths
-        return self.decoder(dec_input, enc_outputs, src_valid_lens, need_weights)
+        # the decoder's forward, without checking dec_input's ids a second time
+        return self.decoder.step(dec_input, self.decoder.init_state(enc_outputs, src_valid_lens),
+                                 need_weights)
 
     def to_torch(self) -> nn.Transformer:
         """``nn.Transformer(norm_first=True, batch_first=True)`` of the same sizes holding a copy of

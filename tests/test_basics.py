@@ -97,10 +97,11 @@ def test_check_int_names_the_argument_and_the_value(value, minimum, message):
 
 
 @pytest.mark.parametrize("tokens", [torch.zeros(2, 3, dtype=torch.long),
-                                    torch.zeros(1, 0, dtype=torch.int32),
+                                    torch.full((1, 2), 9, dtype=torch.int32),
                                     torch.zeros(4, 1, dtype=torch.uint8)])
 def test_check_tokens_returns_integer_matrices(tokens):
     assert d2lh.check_tokens(tokens, "src") is tokens
+    assert d2lh.check_tokens(tokens, "src", vocab_size=10) is tokens
 
 
 @pytest.mark.parametrize("tokens, message", [
@@ -110,10 +111,14 @@ def test_check_tokens_returns_integer_matrices(tokens):
     (torch.zeros(2, 3, dtype=torch.complex64), r"got dtype torch.complex64$"),
     (torch.zeros(5, dtype=torch.long), r"^src must have shape \(B, T\), got \(5,\)$"),
     (torch.zeros(1, 2, 3, dtype=torch.long), r"^src must have shape \(B, T\), got \(1, 2, 3\)$"),
+    (torch.zeros(1, 0, dtype=torch.int32),
+     r"^src must hold at least one token per row, got shape \(1, 0\)$"),
+    (torch.tensor([[3, 10, 4]]), r"^src must be token ids in \[0, vocab_size=10\), got 10$"),
+    (torch.tensor([[3, -5, 12]]), r"^src must be token ids in \[0, vocab_size=10\), got -5$"),
 ])
 def test_check_tokens_names_the_argument_and_what_it_saw(tokens, message):
     with pytest.raises(ValueError, match=message):
-        d2lh.check_tokens(tokens, "src")
+        d2lh.check_tokens(tokens, "src", vocab_size=10)
 
 
 def test_memory_tracker_counts_what_is_held_at_once():

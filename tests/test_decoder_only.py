@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
 import d2lhelpers as d2lh
 from d2lhelpers import KVCache
@@ -80,6 +81,15 @@ def test_lm_bad_input_raises():
     with pytest.raises(ValueError, match=r"^tokens must hold integer token indices, got dtype "
                                          r"torch.float32$"):
         model(torch.zeros(2, 3))
+    with pytest.raises(ValueError, match=r"^tokens must be token ids in \[0, vocab_size=30\), "
+                                         r"got 30$"):
+        model(torch.tensor([[3, 30, 1]]))  # nn.Embedding's IndexError would name neither
+    with pytest.raises(ValueError, match=r"^tokens must be token ids in \[0, vocab_size=30\), "
+                                         r"got -2$"):
+        model(torch.tensor([[-2]]))
+    with pytest.raises(ValueError, match=r"^tokens must hold at least one token per row, got "
+                                         r"shape \(2, 0\)$"):
+        model(torch.zeros(2, 0, dtype=torch.long))  # would return empty logits silently
     with pytest.raises(ValueError, match="3 caches for 2 blocks"):
         model.step(torch.zeros(1, 2, dtype=torch.long), d2lh.LMState([KVCache()] * 3))
 
@@ -94,11 +104,52 @@ def test_lm_state_counts_the_bytes_of_its_caches():
                                                bytes_per_number=4)
 
 
-def test_forward_never_reads_a_value_on_the_host(host_syncs):
+def test_forward_reads_the_token_range_once_and_a_step_reads_nothing(host_syncs):
     model = small_lm()
     tokens = torch.randint(30, (3, 9))
     for need_weights in (False, True):
-        assert host_syncs(model, tokens, need_weights) == 0
+        assert host_syncs(model, tokens, need_weights) == 1  # the smallest and largest id, once
     state = model.init_state()
-    assert host_syncs(model.step, tokens[:, :4], state) == 0
+    assert host_syncs(model.step, tokens[:, :4], state) == 0  # generation feeds its own tokens
     assert host_syncs(model.step, tokens[:, 4:5], state) == 0
+    assert host_syncs(model.blocks[0], torch.randn(3, 9, 16)) == 0  # the blocks trust their input
+
+
+@pytest.mark.parametrize("norm, ffn, bias", [("layer", "relu", True), ("rms", "swiglu", False),
+                                             ("rms", "relu", True), ("layer", "swiglu", False)])
+def test_the_block_takes_the_norm_the_ffn_and_biases(norm, ffn, bias):
+    torch.manual_seed(0)
+    block = d2lh.DecoderOnlyBlock(8, 4, 2, ffn_hidden=12, norm=norm, ffn=ffn, bias=bias).eval()
+    assert isinstance(block.norm1, nn.LayerNorm if norm == "layer" else nn.RMSNorm)
+    assert isinstance(block.ffn, d2lh.PositionwiseFFN if ffn == "relu" else d2lh.SwiGLU)
+    has_bias = [name for name, _ in block.named_parameters() if name.endswith("bias")]
+    assert bool(has_bias) == (bias and (norm == "layer" or ffn == "relu"))
+    assert not any(name.startswith("attention.") for name in has_bias), "attention has no bias"
+    X = torch.randn(2, 5, 8)
+    h = block.norm1(X)
+    X1 = X + block.attention(h, h, h, d2lh.causal_valid_lens(2, 5))
+    torch.testing.assert_close(block(X), X1 + block.ffn(block.norm2(X1)))
+    if ffn == "swiglu":
+        f = block.ffn
+        x = torch.randn(4, 8)
+        expected = f.W_down(torch.nn.functional.silu(f.W_gate(x)) * f.W_up(x))
+        torch.testing.assert_close(f(x), expected)
+    with pytest.raises(ValueError, match=r"^norm must be one of 'layer', 'rms', got 'batch'$"):
+        d2lh.DecoderOnlyBlock(8, 4, norm="batch")
+    with pytest.raises(ValueError, match=r"^ffn must be one of 'relu', 'swiglu', got 'gelu'$"):
+        d2lh.DecoderOnlyBlock(8, 4, ffn="gelu")
+
+
+def test_defaults_keep_the_2017_pieces_and_tied_embeddings_share_one_matrix():
+    model = small_lm()
+    names = {name for name, _ in model.named_parameters()}
+    assert {"blocks.0.norm1.bias", "blocks.0.ffn.linear1.bias", "final_norm.bias",
+            "output.bias"} <= names and isinstance(model.final_norm, nn.LayerNorm)
+    torch.manual_seed(0)
+    tied = d2lh.DecoderOnlyLM(30, d_model=16, num_heads=4, ffn_hidden=32, num_layers=1,
+                              norm="rms", ffn="swiglu", bias=False, tie_embeddings=True)
+    assert tied.output.weight is tied.embedding.weight and tied.output.bias is None
+    untied = sum(p.numel() for p in d2lh.DecoderOnlyLM(
+        30, d_model=16, num_heads=4, ffn_hidden=32, num_layers=1, norm="rms", ffn="swiglu",
+        bias=False).parameters())
+    assert untied - sum(p.numel() for p in tied.parameters()) == 30 * 16

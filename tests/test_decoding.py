@@ -219,14 +219,15 @@ def test_greedy_decoding_gives_the_same_tokens_with_and_without_the_cache():
 
 
 def test_decoding_reads_the_source_lengths_once_at_the_encoder(host_syncs):
-    """The lengths are checked where they enter the model; the decoding loop adds no read of them
-    (it reads one value per step: whether every row has finished)."""
+    """The lengths and the source's token ids are checked where they enter the model (one read
+    each); the decoding loop adds no read of them (it reads one value per step: whether every row
+    has finished; the tokens it feeds are its own, whose range the decoder's step does not read)."""
     model, src, src_valid_lens = random_model()
     with torch.no_grad():
-        assert host_syncs(model.encoder, src, src_valid_lens) == 1
+        assert host_syncs(model.encoder, src, src_valid_lens) == 2
     for max_len in (1, 4):
         assert host_syncs(d2lh.greedy_decode, model, src, src_valid_lens, BOS, EOS,
-                          max_len) <= 1 + max_len
+                          max_len) <= 2 + max_len
 
 
 # --------------------------------------------------------------------------------------------------
@@ -480,6 +481,8 @@ def test_generate_keeps_finished_rows_at_eos_and_stops():
      r"^prompt must hold integer token indices, got dtype torch.float16$"),
     (torch.zeros(3, dtype=torch.long), r"^prompt must have shape \(B, T\), got \(3,\)$"),
     ([[1, 2, 3]], r"^prompt must be a tensor of token indices of shape \(B, T\), got list$"),
+    (torch.tensor([[1, 30, 2]]), r"^prompt must be token ids in \[0, vocab_size=30\), got 30$"),
+    (torch.tensor([[1, -1, 2]]), r"^prompt must be token ids in \[0, vocab_size=30\), got -1$"),
 ])
 def test_generate_rejects_a_bad_prompt_naming_it(prompt, message):
     with pytest.raises(ValueError, match=message):

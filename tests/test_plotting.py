@@ -1,5 +1,7 @@
 import base64
 import io
+import sys
+import types
 
 import matplotlib
 
@@ -244,6 +246,30 @@ def test_explore_bundle_carries_the_widget_view_and_the_static_figure(monkeypatc
     view = bundle["application/vnd.jupyter.widget-view+json"]
     assert view["model_id"] == explorer.widget.model_id
     assert bundle["text/plain"] == repr(explorer)  # what nbval compares: no random id, no bytes
+
+
+@pytest.mark.parametrize("version, colab, widgets", [("7.7.5", False, False), ("7.7.5", True, True),
+                                                     ("8.1.2", False, True)])
+def test_explore_shows_the_figure_alone_where_the_widgets_cannot_render(monkeypatch, capsys,
+                                                                        version, colab, widgets):
+    ipywidgets = pytest.importorskip("ipywidgets")
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *a, **kw: shown.append((a, kw)))
+    monkeypatch.setattr(d2lh.plotting, "_in_notebook", lambda: True)
+    monkeypatch.setattr(ipywidgets, "__version__", version)
+    if colab:
+        monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    else:
+        monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    explorer = d2lh.explore(draw_curve, **CONTROLS)
+    (bundle,), _ = shown[0]
+    assert ("application/vnd.jupyter.widget-view+json" in bundle) == widgets
+    assert (explorer.widget is not None) == widgets
+    assert base64.b64decode(bundle["image/png"]) == explorer.png  # the figure, always
+    said = capsys.readouterr().out
+    assert ("pip install -U ipywidgets" in said) == (not widgets)
 
 
 def test_explore_shows_a_failing_redraw_under_the_controls():

@@ -161,3 +161,28 @@ def test_notebook_runner_times_notebooks_and_writes_outputs_only_when_asked(tmp_
     cell = nbformat.read(path, as_version=4).cells[0]
     assert cell.outputs[0].text == "42\n" and cell.execution_count == 1
     assert "execution" not in cell.metadata  # no timestamps: a re-run changes only what changed
+
+
+def test_device_runner_reports_pass_failures_and_differences_of_stored_numbers(tmp_path):
+    """benchmarks/on_device.py, run here on the CPU (its own check; on a GPU: --device cuda)."""
+    spec = importlib.util.spec_from_file_location("on_device", ROOT / "benchmarks" / "on_device.py")
+    on_device = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(on_device)
+    cells = [nbformat.v4.new_code_cell("import d2lhelpers as d2lh\nprint(d2lh.choose_device())"),
+             nbformat.v4.new_code_cell("print(f'{1 / 3:.4f} and 7')")]
+    stored = [[nbformat.v4.new_output("stream", text="cpu\n")],
+              [nbformat.v4.new_output("stream", text="0.3330 and 7\n")]]
+    for cell, outputs in zip(cells, stored):
+        cell.outputs = outputs
+    path = tmp_path / "98_tiny.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+    record = on_device.run_notebook(path, "cpu")
+    assert record["passed"] and record["cells_differing_in_text"] == []
+    assert record["max_abs_difference"] == pytest.approx(0.0003)
+    cells.append(nbformat.v4.new_code_cell("assert 1 + 1 == 3, 'arithmetic broke'"))
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+    record = on_device.run_notebook(path, "cpu")
+    assert not record["passed"] and record["cell"] == 2
+    assert "arithmetic broke" in record["error"]
+    first = on_device.run_notebook(NOTEBOOKS[0], "cpu")  # a course notebook, as nbval runs it
+    assert first["passed"] and first["cells_differing_in_text"] == [], first
