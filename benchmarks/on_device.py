@@ -40,14 +40,15 @@ NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
 def output_texts(cell) -> list[str]:
-    """The texts of a code cell's outputs that nbval compares (streams and text/plain)."""
-    texts = []
+    """The texts of a code cell's outputs that nbval compares: each stream's text (a kernel may
+    split it into several outputs; nbval joins them) and every text/plain."""
+    streams, texts = {}, []
     for output in cell.get("outputs", []):
         if output.get("output_type") == "stream":
-            texts.append(output.get("text", ""))
+            streams[output.get("name")] = streams.get(output.get("name"), "") + output.get("text", "")
         elif "data" in output and "text/plain" in output["data"]:
             texts.append(output["data"]["text/plain"])
-    return texts
+    return [streams[name] for name in sorted(streams)] + texts
 
 
 def compare_outputs(stored, fresh) -> dict:

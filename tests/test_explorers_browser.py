@@ -27,6 +27,8 @@ import urllib.request
 
 import pytest
 
+from exercise_authoring import collapse
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # Chromium's own connections (updates, sync, field trials) would only meet a closed network.
@@ -44,6 +46,12 @@ def draw_softmax(temperature=1.0):
 
 
 explorer = d2lh.explore(draw_softmax, temperature=(0.1, 5.0, 0.1))'''
+
+
+CHECK_CELL = "assert sum([1, 2, 3]) == 6\nprint('✓ the sum of 1, 2, 3 is 6')"
+SOLUTION_CELL = "def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"
+ANSWER_CELL = ("<!-- BEGIN SOLUTION -->\n<details><summary>Answer</summary>\n\nBecause twice "
+               "three is six.\n\n</details>\n<!-- END SOLUTION -->")
 
 
 def missing(what: str):
@@ -77,7 +85,13 @@ def notebook_dir(sync_playwright, tmp_path_factory):
         nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\nimport numpy as np\n\n"
                                   "import d2lhelpers as d2lh\n\nd2lh.use_png_display()"),
         nbformat.v4.new_code_cell(EXPLORER_CELL),
+        nbformat.v4.new_code_cell(CHECK_CELL, metadata={"tags": ["hide-input"]}),
+        nbformat.v4.new_code_cell(SOLUTION_CELL),
+        nbformat.v4.new_markdown_cell(ANSWER_CELL),
     ]
+    # collapsed as the course's notebooks are (python -m exercise_authoring update)
+    for cell in notebook.cells[2:4]:
+        collapse(cell)
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                        "language": "python"}
     NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
@@ -208,3 +222,27 @@ def test_moving_the_slider_redraws_the_figure(page, tmp_path):
         time.sleep(0.25)
     assert page.locator(".d2lh-explorer img").get_attribute("src").startswith("data:image/png")
     screenshot(page, "explorer-live-after-moving-the-slider", tmp_path)
+
+
+def test_checks_and_solutions_render_collapsed_and_answers_closed_until_clicked(page, tmp_path):
+    """What a learner reads: a check cell and a code solution show their output (or nothing) with
+    the code folded away, and open on a click; a model answer stays closed until its summary is
+    clicked."""
+    for index, shown in ((2, "✓ the sum of 1, 2, 3 is 6"), (3, "return 2 * x")):
+        cell = page.locator(".jp-Cell").nth(index)
+        cell.scroll_into_view_if_needed()
+        placeholder = cell.locator(".jp-InputPlaceholder")
+        placeholder.wait_for()
+        assert not cell.locator(".jp-InputArea-editor").is_visible(), f"cell {index} is open"
+        if index == 2:
+            assert shown in cell.locator(".jp-OutputArea-output").inner_text()
+        placeholder.locator(".jp-Placeholder-content, .jp-InputPlaceholder *").first.click()
+        cell.locator(".jp-InputArea-editor").wait_for(state="visible")
+        if index == 3:
+            assert shown in cell.locator(".jp-InputArea-editor").inner_text()
+    answer = page.locator(".jp-Cell").nth(4).locator("details")
+    answer.scroll_into_view_if_needed()
+    assert answer.get_attribute("open") is None and not answer.get_by_text("twice").is_visible()
+    answer.locator("summary").click()
+    answer.get_by_text("Because twice three is six.").wait_for(state="visible")
+    screenshot(page, "collapsed-cells-opened", tmp_path)
