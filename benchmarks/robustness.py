@@ -161,6 +161,7 @@ WATCHED: dict[str, dict[str, str]] = {
         "pre-norm stream: largest relative gap to sqrt(1 + layer) (< 0.15)":
             "((pre_stds - torch.sqrt(1.0 + layers)).abs() / torch.sqrt(1.0 + layers)).max()",
         "scaled embedding: |std - 1| (< 0.05)": "abs((table * math.sqrt(16)).std() - 1)",
+        "embedding table: |std - 1/4| (< 0.02)": "abs(table.std() - 0.25)",
         "W_q = W_k: share of tokens whose top score is their own (> 0.5)": "shared_self",
         "separate: share of tokens whose top score is their own (< 0.25)": "separate_self",
         "exercise 2: std of a default FFN's output (0.15 .. 0.4)": "ffn_std",

@@ -411,7 +411,7 @@ def cnn_rnn_self_attention():
 
 def transformer():
     """Encoder-decoder with its residual connections (post-norm), and post- vs pre-norm (06)."""
-    fig, ax = canvas(9.0, 6.7)
+    fig, ax = canvas(9.0, 7.45)
     wb, hb = 1.9, 0.42
 
     def sublayer(x, y, name, face):
@@ -438,16 +438,26 @@ def transformer():
                                     linestyle="--"))
         label(ax, text_x, (1.45 + top) / 2, text, size=11)
 
+    def final_norm(x, y):
+        """The LayerNorm that ends a pre-norm stack (a post-norm stack has none); returns its top."""
+        arrow(ax, (x + wb / 2, y - 0.18), (x + wb / 2, y))
+        ax.add_patch(FancyBboxPatch((x, y), wb, 0.34, boxstyle="round,pad=0,rounding_size=0.08",
+                                    facecolor=NORM, edgecolor="#b8a03a", linewidth=1.2,
+                                    linestyle="--"))
+        label(ax, x + wb / 2, y + 0.17, "LayerNorm (pre-norm only)", size=8.5)
+        return y + 0.34
+
     xe, xd = 0.8, 3.7
-    label(ax, xe + wb / 2, 6.45, "encoder", size=11.5, weight="bold")
+    label(ax, xe + wb / 2, 7.22, "encoder", size=11.5, weight="bold")
     inputs(xe, "source embedding")
     top = sublayer(xe, 1.75, "multi-head self-attention", ATTENTION)
     arrow(ax, (xe + wb / 2, top), (xe + wb / 2, top + 0.15))
     encoder_top = sublayer(xe, top + 0.15, "feed-forward", FFN)
     stack(xe, encoder_top + 0.12, "N ×", 0.2)
-    label(ax, xe + wb / 2, encoder_top + 0.68, "encoder output", size=9)
+    encoder_top = final_norm(xe, encoder_top + 0.3)
+    label(ax, xe + wb / 2, encoder_top + 0.6, "encoder output", size=9)
 
-    label(ax, xd + wb / 2, 6.45, "decoder", size=11.5, weight="bold")
+    label(ax, xd + wb / 2, 7.22, "decoder", size=11.5, weight="bold")
     inputs(xd, "target embedding")
     y = sublayer(xd, 1.75, "masked self-attention", ATTENTION)
     arrow(ax, (xd + wb / 2, y), (xd + wb / 2, y + 0.15))
@@ -456,11 +466,15 @@ def transformer():
     arrow(ax, (xd + wb / 2, y), (xd + wb / 2, y + 0.15))
     y = sublayer(xd, y + 0.15, "feed-forward", FFN)
     stack(xd, y + 0.12, "× N", xd + wb + 0.45)
-    box(ax, xd, y + 0.4, wb, 0.38, "linear + softmax", NEUTRAL, size=9.5)
-    arrow(ax, (xd + wb / 2, y), (xd + wb / 2, y + 0.4))
-    label(ax, xd + wb / 2, y + 1.0, "next-token probabilities", size=9)
+    y = final_norm(xd, y + 0.3)
+    box(ax, xd, y + 0.22, wb, 0.38, "linear", NEUTRAL, size=9.5)
+    arrow(ax, (xd + wb / 2, y), (xd + wb / 2, y + 0.22))
+    arrow(ax, (xd + wb / 2, y + 0.6), (xd + wb / 2, y + 0.8))
+    label(ax, xd + wb / 2, y + 0.93, "logits: one score per word", size=9)
+    label(ax, xd + wb / 2, y + 1.16, "(no softmax: the loss applies log-softmax)", size=8,
+          color="#555555")
     # keys and values of every decoder layer's encoder-decoder attention: the encoder output
-    route_x, route_y = xd - 0.55, encoder_top + 0.45
+    route_x, route_y = xd - 0.55, encoder_top + 0.35
     ax.plot([xe + wb / 2, xe + wb / 2, route_x, route_x],
             [encoder_top, route_y, route_y, cross_y + hb / 2], color=KEY_EDGE, lw=1.4)
     arrow(ax, (route_x, cross_y + hb / 2), (xd, cross_y + hb / 2), color=KEY_EDGE, lw=1.4,
@@ -477,7 +491,7 @@ def transformer():
             [("post-norm", "LayerNorm(x + Sublayer(x))", "every output is normalised", False),
              ("pre-norm", "x + Sublayer(LayerNorm(x))", "x reaches the output untouched",
               True)]):
-        y0 = 3.45 - k * 3.3
+        y0 = 3.75 - k * 3.45
         label(ax, xc, y0 + 3.0, title, size=11, weight="bold")
         label(ax, xc, y0 + 2.72, formula, size=9, color="#555555")
         label(ax, xc, y0 + 2.48, note, size=8.5, color=WEIGHT)
@@ -506,25 +520,26 @@ def transformer():
 
 
 def kv_cache():
-    """Decoding step t: self-attention's cache grows by one position; cross-attention's is fixed."""
+    """Decoding step t: self-attention's cache grows by one position; cross-attention's is fixed.
+    Positions and steps count from 0, as in the notebook's code."""
     fig, ax = canvas(9.0, 3.75)
     cell, gap = 0.36, 0.05
     steps, source_len = 4, 5
     label(ax, 2.3, 3.5, "masked self-attention's cache", size=11, weight="bold")
-    label(ax, 2.3, 3.2, "keys and values of positions 1..t: one more per step", size=9,
+    label(ax, 2.3, 3.2, "keys and values of positions 0..t: one more per step", size=9,
           color="#555555")
     label(ax, 6.85, 3.5, "encoder-decoder attention's cache", size=11, weight="bold")
-    label(ax, 6.85, 3.2, "the projected encoder output: filled once, before step 1", size=9,
+    label(ax, 6.85, 3.2, "the projected encoder output: filled once, before step 0", size=9,
           color="#555555")
-    for t in range(1, steps + 1):
-        y = 3.0 - t * 0.6
+    for t in range(steps):
+        y = 3.0 - (t + 1) * 0.6
         label(ax, 0.35, y + cell / 2, f"t = {t}", size=10)
         for x_query, x_cells in ((0.75, 1.5), (4.85, 5.6)):
             box(ax, x_query, y, 0.5, cell, f"q{t}", QUERY, QUERY_EDGE, size=9)
             arrow(ax, (x_query + 0.5, y + cell / 2), (x_cells, y + cell / 2), color=QUERY_EDGE,
                   lw=1.1, shrink=0)
-        for p in range(1, steps + 1):
-            x = 1.55 + (p - 1) * (cell + gap)
+        for p in range(steps):
+            x = 1.55 + p * (cell + gap)
             face, edge, text = ((KEY, KEY_EDGE, f"{p}") if p < t else
                                 ("#7fb0ea", KEY_EDGE, f"{p}") if p == t else
                                 ("white", "#cccccc", ""))
@@ -537,9 +552,9 @@ def kv_cache():
             x = 5.65 + s_ * (cell + gap)
             ax.add_patch(Rectangle((x, y), cell, cell, facecolor=VALUE, edgecolor=VALUE_EDGE,
                                    linewidth=1.0))
-            label(ax, x + cell / 2, y + cell / 2, f"{s_ + 1}", size=8.5)
+            label(ax, x + cell / 2, y + cell / 2, f"{s_}", size=8.5)
         label(ax, 5.65 + source_len * (cell + gap) + 0.05, y + cell / 2,
-              "reused" if t > 1 else "filled", size=8.5, ha="left", color="#555555")
+              "reused" if t > 0 else "filled", size=8.5, ha="left", color="#555555")
     label(ax, 4.5, 0.2, "at step t, the new token's query attends over both caches; nothing "
           "computed at an earlier step is computed again", size=9.5, color="#555555")
     return fig
