@@ -143,6 +143,12 @@ WATCHED: dict[str, dict[str, str]] = {
         "sinusoidal: accuracy at length 16 minus on positions 1-15 of 64 (> 0)":
             "min(in_length['sinusoidal', s] - seen_accuracy['sinusoidal'][k].item() "
             "for k, s in enumerate(seeds))",
+        "64 tokens: lowest weight of queries 1-15 on keys 16-63 (> 0.2)": "min(weight_on_new)",
+        "64 tokens: smallest drop of the weight on the previous token (> 0.1)":
+            "min(a - b for a, b in zip(weight_on_previous[16], weight_on_previous[64]))",
+        "keys 16-63 masked: lowest accuracy on positions 1-15 (> 0.95)": "min(masked_accuracy)",
+        "keys 16-63 masked: largest |accuracy on 1-15 - on length 16| (< 0.02)":
+            "max(abs(m - in_length['sinusoidal', s]) for m, s in zip(masked_accuracy, seeds))",
         "relative bias: largest |accuracy 16-63 - accuracy 1-15| (< 0.05)":
             "(relative_unseen - relative_seen).abs().max()",
         "relative bias minus sinusoidal, 16-63: smallest (> 0.3)":

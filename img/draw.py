@@ -369,36 +369,47 @@ def split_merge_heads():
 
 
 def cnn_rnn_self_attention():
-    """What each output of one layer sees, and the path from the first input to the last output."""
-    fig, ax = canvas(9.0, 3.75)
+    """What the outputs of each kind of layer see, and the path from the first input to the last
+    output: five stacked convolutions, one recurrent layer, one self-attention layer."""
+    fig, ax = canvas(9.0, 4.35)
     n = 6
     spacing = 0.42
-    panels = [("convolution, kernel k = 3", "each output sees its 3 nearest inputs"),
+    panels = [("convolution, kernel k = 3", "5 stacked layers; each node sees 3 below it"),
               ("recurrent layer", "h_t needs h_(t−1): one step after another"),
               ("self-attention", "every output sees every input")]
     facts = [("sequential steps O(1)", "path x1 → y6: (n−1)/⌊k/2⌋ = 5 layers", "cost O(k n d²)"),
              ("sequential steps O(n)", "path x1 → h6: n = 6 steps", "cost O(n d²)"),
              ("sequential steps O(1)", "path x1 → y6: 1 layer", "cost O(n² d)")]
-    y_in, y_out = 1.45, 2.55
+    y_in, y_out = 1.45, 3.15
     for k, ((title, subtitle), (steps, path, cost)) in enumerate(zip(panels, facts)):
         x0 = 0.3 + 3.0 * k
-        label(ax, x0 + 1.2, 3.5, title, size=11, weight="bold")
-        label(ax, x0 + 1.2, 3.17, subtitle, size=8.5, color="#555555")
+        label(ax, x0 + 1.2, 4.1, title, size=11, weight="bold")
+        label(ax, x0 + 1.2, 3.77, subtitle, size=8.5, color="#555555")
         xs = [x0 + 0.15 + i * spacing for i in range(n)]
         output_name = "h" if k == 1 else "y"
+        # rows of nodes from the inputs up: the convolution has 4 hidden rows between them
+        rows = list(np.linspace(y_in, y_out, n)) if k == 0 else [y_in, y_out]
+        radius = [0.13] + [0.07] * (len(rows) - 2) + [0.13]
+        for r, y in enumerate(rows):
+            face, edge = ((KEY, KEY_EDGE) if r == 0 else (VALUE, VALUE_EDGE) if r == len(rows) - 1
+                          else (NEUTRAL, NEUTRAL_EDGE))
+            for x in xs:
+                ax.add_patch(Circle((x, y), radius[r], facecolor=face, edgecolor=edge, lw=1.0))
         for i, x in enumerate(xs):
-            ax.add_patch(Circle((x, y_in), 0.13, facecolor=KEY, edgecolor=KEY_EDGE, lw=1.0))
-            ax.add_patch(Circle((x, y_out), 0.13, facecolor=VALUE, edgecolor=VALUE_EDGE, lw=1.0))
             label(ax, x, y_in - 0.27, f"x{i + 1}", size=8)
             label(ax, x, y_out + 0.27, f"{output_name}{i + 1}", size=8)
-        for i in range(n):
-            sources = ([j for j in (i - 1, i, i + 1) if 0 <= j < n] if k == 0
-                       else [i] if k == 1 else range(n))
-            for j in sources:
-                # in red: where x1 gets to in this one layer
-                red = j == 0 and (k == 0 or (k == 1 and i == 0) or (k == 2 and i == n - 1))
-                ax.plot([xs[j], xs[i]], [y_in + 0.13, y_out - 0.13], color=WEIGHT if red
-                        else "#9a9a9a", lw=1.6 if red else 0.8, zorder=1 if red else 0)
+        for r in range(len(rows) - 1):
+            for i in range(n):
+                sources = ([j for j in (i - 1, i, i + 1) if 0 <= j < n] if k == 0
+                           else [i] if k == 1 else range(n))
+                for j in sources:
+                    # in red: the path from x1 to the last output (the convolution: one more
+                    # position per layer)
+                    red = ((k == 0 and j == r and i == r + 1) or (k == 1 and i == 0 and j == 0)
+                           or (k == 2 and j == 0 and i == n - 1))
+                    ax.plot([xs[j], xs[i]], [rows[r] + radius[r], rows[r + 1] - radius[r + 1]],
+                            color=WEIGHT if red else "#9a9a9a", lw=1.6 if red else 0.8,
+                            zorder=1 if red else 0)
         if k == 1:  # the recurrence: h_t from h_(t-1)
             for i in range(n - 1):
                 arrow(ax, (xs[i] + 0.13, y_out), (xs[i + 1] - 0.13, y_out), color=WEIGHT, lw=1.3,
