@@ -1,6 +1,7 @@
 """The repository keeps its promises: the README's command is CI's, badges point at the one repository
 address, and every notebook has the course's structure."""
 
+import ast
 import importlib.util
 import pathlib
 import re
@@ -112,6 +113,48 @@ def test_the_main_line_reads_in_half_an_hour_with_checks_collapsed_and_answers_b
             assert cell.outputs, f"{where}: a collapsed cell says in its output what held or shows"
             assert not re.search(r"^class\s", cell.source, re.MULTILINE), \
                 f"{where}: a collapsed cell checks or draws; the learner's classes stay in view"
+
+
+def bindings(tree: ast.AST) -> set[str]:
+    """The names a cell's top-level statements bind: assignments and loop targets (names starting
+    with _ left out: a collapsed cell's own scratch)."""
+    names = set()
+    for node in getattr(tree, "body", []):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.With)):
+            targets = (node.targets if isinstance(node, ast.Assign) else
+                       [item.optional_vars for item in node.items] if isinstance(node, ast.With)
+                       else [node.target])
+            names |= {n.id for t in targets if t is not None for n in ast.walk(t)
+                      if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return {name for name in names if not name.startswith("_")}
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_what_a_visible_cell_reads_was_not_set_in_a_collapsed_cell(notebook):
+    """A learner cannot see where a value came from if a collapsed cell set it (or changed it);
+    collapsed cells may define helper functions and read the page, not feed it variables."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    set_by, found = {}, []
+    for index, cell in enumerate(nbformat.read(notebook, as_version=4).cells):
+        if cell.cell_type != "code":
+            continue
+        tree = ast.parse(TransformerManager().transform_cell(cell.source))
+        hidden = cell.metadata.get("jupyter", {}).get("source_hidden", False)
+        if not hidden:
+            own = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+                   and isinstance(n.ctx, ast.Store)} | {a.arg for a in ast.walk(tree)
+                                                       if isinstance(a, ast.arg)}
+            found += [f"cell {index} reads {n.id!r} set in collapsed cell {set_by[n.id]}"
+                      for n in ast.walk(tree) if isinstance(n, ast.Name)
+                      and isinstance(n.ctx, ast.Load) and n.id not in own
+                      and set_by.get(n.id) is not None]
+        for name in bindings(tree):
+            set_by[name] = index if hidden else None
+        for node in tree.body:  # functions, classes and imports may be used from anywhere
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                set_by[node.name] = None
+    assert not found, f"{notebook.name}: " + "; ".join(dict.fromkeys(found))
 
 
 def test_readme_lists_every_notebook_with_its_badge():
