@@ -173,5 +173,4 @@ class BahdanauSeq2Seq(nn.Module):
         # an error names the argument the caller passed
         check_tokens(dec_input, "dec_input", self.decoder.embedding.num_embeddings)
         enc_outputs = self.encoder(src, src_valid_lens)
-        # the decoder's forward, without checking dec_input's ids a second time
-        return self.decoder.step(dec_input, self.decoder.init_state(enc_outputs, src_valid_lens))
+        return self.decoder(dec_input, enc_outputs, src_valid_lens)

@@ -318,9 +318,7 @@ class Transformer(nn.Module):
         # an error names the argument the caller passed
         check_tokens(dec_input, "dec_input", self.decoder.embed.embedding.num_embeddings)
         enc_outputs = self.encoder(src, src_valid_lens, need_weights)  # checks the lengths
-        # the decoder's forward, without checking dec_input's ids a second time
-        return self.decoder.step(dec_input, self.decoder.init_state(enc_outputs, src_valid_lens),
-                                 need_weights)
+        return self.decoder(dec_input, enc_outputs, src_valid_lens, need_weights)
 
     def to_torch(self) -> nn.Transformer:
         """``nn.Transformer(norm_first=True, batch_first=True)`` of the same sizes holding a copy of

@@ -245,18 +245,18 @@ def test_bad_input_is_named_as_the_caller_named_it(call, message):
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("need_weights", [False, True])
 def test_the_source_lengths_are_read_once_where_they_enter(host_syncs, need_weights, norm_first):
-    """The encoder checks src_valid_lens (one read of their values) and the ids of src, the model
-    those of dec_input (one read each: the smallest and largest id); the blocks and the decoder's
-    step trust them, so a forward waits for the device at most three times, on either attention
-    path."""
+    """The encoder checks src_valid_lens (one read of their values) and the ids of src; the model
+    and the decoder check those of dec_input (one read each: the smallest and largest id, so that
+    an error names the argument the caller passed); the blocks and the decoder's step trust them,
+    so a forward waits for the device at most four times, on either attention path."""
     model = small_model(norm_first)
     src, src_valid_lens, tgt = SRC, SRC_VALID_LENS, DEC_INPUT
-    assert host_syncs(model, src, src_valid_lens, tgt, need_weights) <= 3
-    assert host_syncs(model, src, None, tgt, need_weights) <= 2
+    assert host_syncs(model, src, src_valid_lens, tgt, need_weights) <= 4
+    assert host_syncs(model, src, None, tgt, need_weights) <= 3
     torch.manual_seed(5)
     training = d2lh.Transformer(11, 13, D_MODEL, HEADS, FFN, num_layers=2, dropout=0.1,
                                 norm_first=norm_first).train()  # with dropout: the same
-    assert host_syncs(training, src, src_valid_lens, tgt, need_weights) <= 3
+    assert host_syncs(training, src, src_valid_lens, tgt, need_weights) <= 4
     X, memory = torch.randn(3, 5, D_MODEL), torch.randn(3, 6, D_MODEL)
     assert host_syncs(model.encoder.blocks[0], memory, src_valid_lens, need_weights) == 0
     assert host_syncs(model.decoder.blocks[0], X, memory, src_valid_lens, need_weights) == 0
