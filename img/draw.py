@@ -313,8 +313,10 @@ def scaled_dot_product_and_multihead():
 
 
 def split_merge_heads():
-    """(B, T, h*d_k) -> (B, T, h, d_k) -> (B, h, T, d_k) -> (B*h, T, d_k), and back (04)."""
-    fig, ax = canvas(9.0, 4.6)
+    """(B, T, h*d_k) -> (B, T, h, d_k) -> (B, h, T, d_k) -> (B*h, T, d_k), and back (04). Each cell
+    shows its token's index, so that the panels show what each step groups: the reshape cuts every
+    token's features into heads (token by token), the transpose regroups them head by head."""
+    fig, ax = canvas(9.0, 4.9)
     B, T, h, d_k = 2, 3, 2, 3
     cell = 0.2
     shades = [0.0, 0.5]  # sequence 0 darker, sequence 1 lighter
@@ -323,48 +325,51 @@ def split_merge_heads():
         base = np.array(matplotlib.colors.to_rgb(HEAD_COLOURS[head]))
         return tuple(base + (1 - base) * shades[b])
 
-    def matrix(x, y, head_of_column, b, gap_every=None):
-        """T rows (tokens); column c coloured by the head it belongs to; gaps between heads."""
-        offset = 0.0
-        for c, head in enumerate(head_of_column):
-            if gap_every and c and c % gap_every == 0:
-                offset += 0.1
-            for t in range(T):
-                ax.add_patch(Rectangle((x + c * cell + offset, y + (T - 1 - t) * cell), cell,
-                                       cell, facecolor=colour(head, b), edgecolor="white",
-                                       linewidth=0.8))
+    def row(x, y, t, heads, b, head_gap=0.0):
+        """One token's features: d_k cells per head, coloured by head, labelled with t."""
+        for c, head in enumerate(heads):
+            left = x + c * cell + (head_gap if c >= d_k and head_gap else 0.0)
+            ax.add_patch(Rectangle((left, y), cell, cell, facecolor=colour(head, b),
+                                   edgecolor="white", linewidth=0.8))
+            ax.text(left + cell / 2, y + cell / 2, str(t), ha="center", va="center", fontsize=6.5,
+                    color="#555555")
 
     heads_of_features = [f // d_k for f in range(h * d_k)]
     columns = [0.5, 2.55, 4.6, 6.7]
     titles = ["(B, T, h·d_k)", "reshape\n(B, T, h, d_k)", "transpose(1, 2)\n(B, h, T, d_k)",
               "reshape\n(B·h, T, d_k)"]
-    for x, title in zip(columns, titles):
-        label(ax, x + 0.65, 4.3, title, size=9.5, weight="bold", va="top")
+    notes = ["T tokens × h·d_k features", "token by token: h groups each", "head by head: T tokens each",
+             "index b·h + i"]
+    for x, title, note in zip(columns, titles, notes):
+        label(ax, x + 0.65, 4.75, title, size=9.5, weight="bold", va="top")
+        label(ax, x + 0.65, 4.15, note, size=8.5, color="#555555")
     for b in range(B):
-        y = 2.75 - b * 1.15
-        label(ax, 0.28, y + T * cell / 2, f"sequence {b}", size=8.5, rotation=90)
-        matrix(columns[0], y, heads_of_features, b)
-        matrix(columns[1], y, heads_of_features, b, gap_every=d_k)
-        for head in range(h):
-            matrix(columns[2] + head * (d_k * cell + 0.15), y, [head] * d_k, b)
-    label(ax, columns[0] + h * d_k * cell / 2, 3.52, "T tokens × d_model features", size=8.5,
-          color="#555555")
-    for head in range(h):
-        label(ax, columns[2] + head * (d_k * cell + 0.15) + d_k * cell / 2, 3.52,
-              f"head {head}", size=8.5)
+        top = 3.85 - b * 1.5  # top edge of sequence b's drawings
+        label(ax, 0.28, top - 0.65, f"sequence {b}", size=8.5, rotation=90)
+        for t in range(T):  # (B, T, h*d_k): one block, a row per token
+            row(columns[0], top - (t + 1) * cell, t, heads_of_features, b)
+        for t in range(T):  # (B, T, h, d_k): per token, h groups (rows apart: tokens outermost)
+            row(columns[1], top - (t + 1) * cell - t * 0.12, t, heads_of_features, b, head_gap=0.1)
+        for head in range(h):  # (B, h, T, d_k): per head, its T tokens (heads outermost)
+            for t in range(T):
+                row(columns[2] + 0.05, top - (head * T + t + 1) * cell - head * 0.1, t,
+                    [head] * d_k, b)
+            label(ax, columns[2] + 0.1 + d_k * cell, top - (head * T + 1.5) * cell - head * 0.1,
+                  f"head {head}", size=8.5, ha="left")
     # the folded batch: index b*h + i holds sequence b, head i
     for index in range(B * h):
         b, head = divmod(index, h)
-        y = 3.15 - index * (T * cell + 0.12)
-        matrix(columns[3] + 0.2, y, [head] * d_k, b)
-        label(ax, columns[3] + 0.3 + d_k * cell, y + T * cell / 2,
+        top = 3.85 - index * (T * cell + 0.12)
+        for t in range(T):
+            row(columns[3] + 0.2, top - (t + 1) * cell, t, [head] * d_k, b)
+        label(ax, columns[3] + 0.3 + d_k * cell, top - T * cell / 2,
               f"{index}: sequence {b}, head {head}", size=8.5, ha="left")
     for x in columns[:3]:
-        arrow(ax, (x + 1.4, 2.45), (x + 1.85, 2.45), lw=1.6)
-    label(ax, 4.5, 0.62, "split_heads: left to right.  merge_heads: the same steps backwards, "
+        arrow(ax, (x + 1.45, 2.55), (x + 1.9, 2.55), lw=1.6)
+    label(ax, 4.5, 0.55, "split_heads: left to right.  merge_heads: the same steps backwards, "
           "which concatenates the heads' features again.", size=9.5)
-    label(ax, 4.5, 0.27, "valid_lens follow the folded order: repeat_interleave(h) turns "
-          "[3, 6] into [3, 3, 6, 6].", size=9.5, color="#555555")
+    label(ax, 4.5, 0.2, "Each cell shows its token. valid_lens follow the folded order: "
+          "repeat_interleave(h) turns [3, 6] into [3, 3, 6, 6].", size=9.5, color="#555555")
     return fig
 
 
@@ -623,9 +628,8 @@ def beam_search():
         label(ax, xs[step], 3.9, f"step {step}" if step else "start", size=10.5, weight="bold")
     label(ax, 4.5, 0.42, "Each box: the new token and the log-probability of the whole hypothesis; "
           "each kept unfinished one is extended by its 3 likeliest tokens,", size=9, color="#555555")
-    label(ax, 4.5, 0.15, "a finished one competes as it is. The k = 2 best candidates survive "
-          "(orange), the rest are pruned (grey). Best: B <eos>, log 0.36 = -1.02.", size=9,
-          color="#555555")
+    label(ax, 4.5, 0.15, "a finished one competes as it is. Ranked by raw log-probability (α = 0), "
+          "the k = 2 best survive (orange), the rest are pruned (grey).", size=9, color="#555555")
     return fig
 
 
