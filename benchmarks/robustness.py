@@ -69,6 +69,8 @@ WATCHED: dict[str, dict[str, str]] = {
             "error_learned - search_errors[i_search]",
     },
     "03_attention_scoring": {
+        "dot-product example: largest |weight - 1/6| on the valid keys (> 0.05)":
+            "departure_from_uniform",
         "dropout: largest |mean - x| in standard errors (<= 5)":
             "((mean - x).abs()[:6] / std_error[:6]).max()",
         "nn.Dropout: largest |mean - x| in standard errors (<= 5)":
