@@ -204,7 +204,7 @@ WATCHED: dict[str, dict[str, str]] = {
             "min(u - s for u, s in zip(unscaled_losses[-4:], scaled_losses[-4:]))",
         "exercise 2: embedding norm after 40 updates / positional norm (< 0.25)":
             "frequent_norm() / position_norm",
-        "exercise 4: BLEU gain, second half / first half of the epochs (< 1/3)": "late / early",
+        "exercise 4: BLEU gain, second half / first half of the epochs (< 1)": "late / early",
         "exercise 4: BLEU on training minus held-out sentences (> 15)": "seen_bleu - bleu",
         "exercise 4: held-out BLEU without minus with <unk> (> 5)":
             "bleu_where(False) - bleu_where(True)",

@@ -820,6 +820,76 @@ def bahdanau_seq2seq():
     return fig
 
 
+def translation_pipeline():
+    """One training pair through notebook 07's pipeline, with the vocabularies' real indices:
+    normalise, tokenise, look up, pad a batch, and shift the target into the decoder's input (07)."""
+    fig, ax = canvas(9.0, 6.2)
+    left, cell, h = 2.05, 0.62, 0.34  # where the rows start; a cell's width and height
+    grey = "#555555"
+
+    def stage(y, title, note):
+        label(ax, 0.1, y + 0.1, title, size=10, ha="left", weight="bold")
+        label(ax, 0.1, y - 0.17, note, size=8, ha="left", color=grey)
+
+    def row(y, texts, faces, size=8.5, x0=left, width=cell):
+        """Cells side by side from x0, centred on y; width: one for all, or one per cell."""
+        widths = width if isinstance(width, list) else [width] * len(texts)
+        for text, face, w in zip(texts, faces, widths):
+            ax.add_patch(Rectangle((x0, y - h / 2), w, h, facecolor=face, edgecolor="white",
+                                   linewidth=1.0))
+            label(ax, x0 + w / 2, y, text, size=size, color=MUTED if face == MASKED else INK)
+            x0 += w
+
+    # 1. the raw pair, as a line of the file
+    stage(5.85, "raw pair", "a line of the file")
+    label(ax, left, 5.85, "Come along.", size=10, ha="left", family="monospace")
+    label(ax, left + 1.45, 5.85, "⇥", size=10, ha="left", color=grey)
+    label(ax, left + 1.8, 5.85, "Joignez-vous à nous.", size=10, ha="left", family="monospace")
+    # 2. normalised and tokenised
+    arrow(ax, (1.0, 5.55), (1.0, 5.2))
+    stage(4.95, "normalise, tokenise", "lower case, space before . ! ?")
+    row(4.95, ["come", "along", "."], [KEY] * 3, width=0.8)
+    row(4.95, ["joignez-vous", "à", "nous", "."], [QUERY] * 4, x0=left + 2.8,
+        width=[1.2, 0.8, 0.8, 0.8])
+    # 3. the vocabularies
+    arrow(ax, (1.0, 4.65), (1.0, 4.3))
+    stage(4.05, "vocabularies", "from the training pairs;\n4 reserved tokens first")
+    label(ax, left, 4.15, "0 <unk>   1 <pad>   2 <bos>   3 <eos>   then by frequency:",
+          size=8.5, ha="left", family="monospace")
+    label(ax, left, 3.88, "English: come 38, . 4; along, seen only once, has no entry: <unk> 0",
+          size=8.5, ha="left", color=KEY_EDGE)
+    label(ax, left, 3.63, "French: joignez-vous 832, à 25, nous 9, . 4", size=8.5, ha="left",
+          color=QUERY_EDGE)
+    # 4. indices, <eos>, padding: a batch of rows with valid lengths
+    arrow(ax, (1.0, 3.55), (1.0, 3.2))
+    stage(2.95, "ids, + <eos>, padded", "num_steps = 10; a batch\nholds B rows, (B, 10)")
+    batch = [[38, 0, 4, 3], [38, 70, 48, 4, 3], [38, 561, 12, 3]]  # come along / on in / quick
+    for r, ids in enumerate(batch):
+        y = 3.05 - r * h
+        ids = ids + [1] * (10 - len(ids))
+        row(y, [str(i) for i in ids], [KEY if i != 1 else MASKED for i in ids], width=0.5)
+        label(ax, left + 5.1, y, f"valid length {10 - ids.count(1)}", size=8, ha="left")
+    ax.plot([left + 5 * 0.5] * 2, [3.05 + h / 2 + 0.05, 3.05 - 2.5 * h - 0.05], color=WEIGHT,
+            lw=1.3, ls="--")
+    label(ax, left + 2.5, 3.05 - 2.5 * h - 0.17, "bucketed: the batch is cut at its longest row",
+          size=8, color=WEIGHT, ha="left")
+    # 5. the target and the decoder's input, shifted by one
+    arrow(ax, (1.0, 1.75), (1.0, 1.4))
+    stage(1.1, "decoder input", "<bos> + target[:-1]")
+    stage(0.35, "target", "the tokens + <eos>")
+    target = ["joignez-vous", "à", "nous", ".", "<eos>"] + ["<pad>"] * 5
+    fed = ["<bos>"] + target[:-1]
+    width = 0.66
+    row(1.1, fed, [QUERY if t != "<pad>" else MASKED for t in fed], size=7, width=width)
+    row(0.35, target, [QUERY if t != "<pad>" else MASKED for t in target], size=7, width=width)
+    for k in range(5):  # position k reads fed[k] and is trained to predict target[k]
+        x = left + (k + 0.5) * width
+        arrow(ax, (x, 1.1 - h / 2), (x, 0.35 + h / 2), color=WEIGHT, lw=1.1, shrink=1)
+    label(ax, left + 5.2 * width, 0.72, "position t reads the decoder input at t\nand is "
+          "trained to predict the target at t", size=8, ha="left", color=WEIGHT)
+    return fig
+
+
 # The diagrams, by file name; the notebooks that show each are found by tests/test_diagrams.py.
 DIAGRAMS = {
     "attention_cues": attention_cues,
@@ -835,6 +905,7 @@ DIAGRAMS = {
     "grouped_query_heads": grouped_query_heads,
     "online_softmax_tiles": online_softmax_tiles,
     "bahdanau_seq2seq": bahdanau_seq2seq,
+    "translation_pipeline": translation_pipeline,
 }
 
 
