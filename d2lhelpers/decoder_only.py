@@ -8,8 +8,8 @@ generation with temperature, top-k and top-p lives in :mod:`~d2lhelpers.decoding
 (:func:`~d2lhelpers.decoding.generate`).
 
 Shape legend (as in :mod:`~d2lhelpers.attention`): B batch, T positions, d_model model width,
-h query heads, g key-value heads, d_k per-head width, V vocabulary size. Taught in notebook
-11_beyond_2017.
+h query heads, g key-value heads, d_k per-head width, V vocabulary size. Built as classes in
+notebook 12_decoder_only_lm.
 """
 
 from __future__ import annotations
