@@ -287,7 +287,7 @@ WATCHED: dict[str, dict[str, str]] = {
         "cache speed-up at T = 60 (> 2)": "speedups[-1]",
         "cache speed-up at T = 5 (below the one at T = 60)": "speedups[0]",
     },
-    "11_beyond_2017": {
+    "11_modern_attention": {
         "added encoding: smallest spread of a score along a diagonal (> 0.1)": "added_spread",
         "length 16: lowest accuracy of any model (> 0.95)":
             "min(in_length[name].min().item() for name in ENCODINGS)",
@@ -298,7 +298,11 @@ WATCHED: dict[str, dict[str, str]] = {
         "RoPE - sinusoidal, 16-63: mean over seeds (not asserted)": "gain.mean().item()",
         "RoPE - sinusoidal, 16-63: lower end of the 95% interval (> 0.3)": "low",
         "naive / online peak memory at the largest T (not asserted; growth asserted)": "ratio",
+    },
+    "12_decoder_only_lm": {
         "LM: parameter counts, relative gap between the two sets of pieces (< 0.01)": "size_gap",
+        "LM kept for generating: last / first-epoch held-out perplexity (< 0.9)":
+            "lm_curve[-1] / lm_curve[0]",
         "LM: highest last / first-epoch held-out perplexity over runs (< 0.9)":
             "max(c[-1] / c[0] for c in lm_curves.values())",
         "LM: highest held-out perplexity of any run / bigram's (< 0.8)":
@@ -307,9 +311,10 @@ WATCHED: dict[str, dict[str, str]] = {
         "RMSNorm + SwiGLU - 2017: 95% interval, low end (not asserted)": "interval.low",
         "RMSNorm + SwiGLU - 2017: 95% interval, high end (not asserted)": "interval.high",
         "RMSNorm + SwiGLU - 2017: far end of the interval / perplexity (< 0.08)": "largest",
-        "generation: cache speed-up at the longest length (> 1.3)": "speedups[-1]",
         "distinct sampled sentences at tau = 1.5, of 20 (> 1)": "distinct['tau = 1.5']",
-        "exercise 4: |mean g = 4 - g = 1| / perplexity (< 0.05)":
+        "generation: cache speed-up at the longest length (> 1.5)": "speedups[-1]",
+        "generation: cache speed-up at the shortest length (< longest / 1.2)": "speedups[0]",
+        "exercise 2: |mean g = 4 - g = 1| / perplexity (< 0.05)":
             "abs(g4_minus_g1.mean().item()) / kv_perplexity[2][0]",
     },
 }

@@ -26,7 +26,7 @@ Two paths compute the same attention, chosen explicitly with ``need_weights``:
   checks that the two agree, outputs and gradients.
 
 :func:`online_softmax_attention` computes the same function block by block, never holding the
-T_q x T_k weights (the idea behind FlashAttention), taught in notebook 11_beyond_2017.
+T_q x T_k weights (the idea behind FlashAttention), taught in notebook 11_modern_attention.
 
 Taught in notebooks 03_attention_scoring and 04_multihead_attention.
 """
@@ -445,7 +445,7 @@ class MultiHeadAttention(nn.Module):
     A decoder attends in two steps, trusting its inputs: :meth:`project_keys_values` (once, into a
     :class:`KVCache`), then :meth:`attend` (for every new query); ``forward`` is the two together.
     :meth:`step` is causal self-attention of new positions after those in a cache.
-    Taught in notebooks 04_multihead_attention and 11_beyond_2017 (grouped queries, RoPE).
+    Taught in notebooks 04_multihead_attention and 11_modern_attention (grouped queries, RoPE).
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = False,

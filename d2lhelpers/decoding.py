@@ -20,7 +20,7 @@ the loops never branch on the cache.
 
 Shapes: B batch, T time steps, V vocabulary size, k beam size. Taught in notebooks
 06_transformer (the cache), 07_translation (greedy decoding), 10_decoding (beam search, the
-cache's speed-up) and 11_beyond_2017 (sampling).
+cache's speed-up) and 12_decoder_only_lm (sampling).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ RoPE (Su et al. 2021) rotates each pair of features (x_2j, x_2j+1) of a query or
 position m by the angle m * omega_j, with the frequencies omega_j of the table above (the 2x2
 rotations of notebook 05), so that the score q_m . k_n depends on the offset n - m only.
 
-Taught in notebooks 05_self_attention_positional_encoding and 11_beyond_2017 (RoPE).
+Taught in notebooks 05_self_attention_positional_encoding and 11_modern_attention (RoPE).
 """
 
 from __future__ import annotations

@@ -693,7 +693,7 @@ def grouped_query_heads():
 
 def online_softmax_tiles():
     """The online softmax over blocks of keys: one tile of scores at a time, a running max m
-    and sum l per query (FlashAttention's tiles) (11)."""
+    and sum l per query (FlashAttention's tiles); both panels have 12 keys in blocks of 4 (11)."""
     fig, ax = canvas(9.0, 4.4)
     # Left: the T_q x T_k score matrix in tiles of 2 queries x 4 keys
     T_q, T_k, bq, bk, cell = 6, 12, 2, 4, 0.27
@@ -729,8 +729,8 @@ def online_softmax_tiles():
         label(ax, x0 + 0.24, 1.02 - n * 0.25, text, size=8.5, ha="left")
 
     # Right: one query's scores, block by block, with its running max m and sum l
-    scores = np.array([0.4, -1.2, 0.1, -0.3, 1.5, 0.2, -0.8, 0.9, 1.1, -0.5])
-    blocks = [scores[0:4], scores[4:8], scores[8:10]]
+    scores = np.array([0.4, -1.2, 0.1, -0.3, 1.5, 0.2, -0.8, 0.9, 1.1, -0.5, 1.9, 0.3])
+    blocks = [scores[0:4], scores[4:8], scores[8:12]]  # 12 keys, as in the left panel
     xr, c2 = 4.1, 0.4
     label(ax, xr + 2.3, 4.15, "one query, block by block", size=11, weight="bold")
     label(ax, xr + 2.3, 3.87, r"$m' = \max(m, \max_j s_j)$,   "
@@ -758,6 +758,97 @@ def online_softmax_tiles():
           f"= {l:.2f},", size=9)
     label(ax, xr + 2.3, 0.45, r"and $\mathbf{a} / \ell = \mathrm{softmax}(\mathbf{s})\,V$ "
           "exactly, the same for every block size", size=9)
+    return fig
+
+
+def decoder_only_lm():
+    """The decoder-only language model: token ids -> embedding -> N pre-norm blocks, each with
+    its own key-value cache -> final norm -> linear -> logits; and the caches growing by one
+    position per generated token (12)."""
+    fig, ax = canvas(9.0, 6.3)
+    x, w, hb = 0.95, 2.3, 0.4
+    xc = x + w / 2
+
+    def layer(y, text, face, edge=NEUTRAL_EDGE, size=9.5):
+        box(ax, x, y, w, hb, text, face, edge, size=size)
+        return y + hb
+
+    def plus(y):
+        ax.add_patch(Circle((xc, y), 0.14, facecolor="white", edgecolor=INK))
+        label(ax, xc, y, "+", size=11)
+
+    def residual(y_from, y_plus):
+        ax.plot([xc, x + w + 0.25, x + w + 0.25], [y_from, y_from, y_plus], color=WEIGHT, lw=1.4)
+        arrow(ax, (x + w + 0.25, y_plus), (xc + 0.14, y_plus), color=WEIGHT, shrink=0)
+
+    label(ax, xc, 6.1, "the model", size=11.5, weight="bold")
+    top = layer(0.15, "token ids (B, T_new)", "white")
+    arrow(ax, (xc, top), (xc, 0.75))
+    top = layer(0.75, "embedding (no positions added)", NEUTRAL)
+    arrow(ax, (xc, top), (xc, 1.55))
+    # one block, pre-norm: X + attention(RMSNorm(X)), then + SwiGLU(RMSNorm(.))
+    y_block = 1.45
+    top = layer(1.55, "RMSNorm", NORM, "#b8a03a")
+    arrow(ax, (xc, top), (xc, 2.1))
+    attention_y = 2.1
+    top = layer(attention_y, "causal GQA self-attention\nwith RoPE", ATTENTION, size=9)
+    arrow(ax, (xc, top), (xc, 2.78), shrink=0)
+    plus(2.92)
+    residual(1.5, 2.92)
+    arrow(ax, (xc, 3.06), (xc, 3.3), shrink=0)
+    top = layer(3.3, "RMSNorm", NORM, "#b8a03a")
+    arrow(ax, (xc, top), (xc, 3.85))
+    top = layer(3.85, "SwiGLU feed-forward", FFN)
+    arrow(ax, (xc, top), (xc, 4.53), shrink=0)
+    plus(4.67)
+    residual(3.18, 4.67)
+    ax.add_patch(FancyBboxPatch((x - 0.3, y_block), w + 0.85, 4.9 - y_block, facecolor="none",
+                                boxstyle="round,pad=0.02", edgecolor="#777777", linestyle="--"))
+    label(ax, x - 0.55, (y_block + 4.9) / 2, "N ×", size=11)
+    arrow(ax, (xc, 4.81), (xc, 5.05), shrink=0)
+    top = layer(5.05, "final RMSNorm, linear", NEUTRAL)
+    arrow(ax, (xc, top), (xc, 5.7))
+    label(ax, xc, 5.8, "logits (B, T_new, V): the next token", size=9)
+
+    # the block's cache, beside its attention
+    cell = 0.3
+    xk = x + w + 0.75
+    label(ax, xk + 2 * cell, attention_y + 1.05, "this block's", size=9, color=KEY_EDGE)
+    label(ax, xk + 2 * cell, attention_y + 0.82, "key-value cache", size=9, color=KEY_EDGE)
+    for p in range(4):
+        for row, (face, edge, name) in enumerate(((KEY, KEY_EDGE, "k"), (VALUE, VALUE_EDGE, "v"))):
+            ax.add_patch(Rectangle((xk + p * cell, attention_y + 0.3 - row * cell), cell, cell,
+                                   facecolor=face, edgecolor=edge, linewidth=1.0))
+            label(ax, xk + (p + 0.5) * cell, attention_y + 0.3 - row * cell + cell / 2,
+                  f"{name}{p + 1}", size=7.5)
+    arrow(ax, (x + w, attention_y + 0.28), (xk, attention_y + 0.45), color=KEY_EDGE, lw=1.2)
+    arrow(ax, (xk, attention_y + 0.1), (x + w, attention_y + 0.12), color=KEY_EDGE, lw=1.2)
+    label(ax, xk + 2 * cell, attention_y - 0.22, "appends the new k, v;", size=8.5,
+          color="#555555")
+    label(ax, xk + 2 * cell, attention_y - 0.44, "reads all of them", size=8.5, color="#555555")
+
+    # generating: the caches grow by one position per step
+    xg = 5.55
+    label(ax, xg + 1.6, 6.1, "generating", size=11.5, weight="bold")
+    label(ax, xg + 1.6, 5.8, "each step feeds only the newest token", size=9, color="#555555")
+    fed = [("<bos> i", 2), ("was", 1), ("<unk>", 1), (".", 1)]
+    seen = 0
+    for step, (tokens, new) in enumerate(fed):
+        y = 5.05 - step * 0.95
+        label(ax, xg - 0.05, y + 0.42, f"step {step + 1}: feeds {tokens!r}".replace("'", "\u2009"),
+              size=9, ha="left")
+        seen += new
+        for p in range(6):
+            face, edge, lw = ((KEY, KEY_EDGE, 1.0) if p < seen - new else
+                              ("#7fb0ea", KEY_EDGE, 1.4) if p < seen else ("white", "#cccccc", 0.8))
+            ax.add_patch(Rectangle((xg + p * cell, y - 0.2), cell, cell, facecolor=face,
+                                   edgecolor=edge, linewidth=lw, linestyle="-" if p < seen else ":"))
+        label(ax, xg + 6 * cell + 0.12, y - 0.05, f"cache: {seen} position{'s' if seen > 1 else ''}",
+              size=8.5, ha="left", color="#555555")
+    label(ax, xg + 1.6, 1.05, "dark: the positions this step adds,", size=9, color="#555555")
+    label(ax, xg + 1.6, 0.8, "to the cache of every block", size=9, color="#555555")
+    label(ax, xg + 1.6, 0.4, "the token chosen from the logits is fed next", size=9,
+          color="#555555")
     return fig
 
 
@@ -904,6 +995,7 @@ DIAGRAMS = {
     "label_smoothing": label_smoothing,
     "grouped_query_heads": grouped_query_heads,
     "online_softmax_tiles": online_softmax_tiles,
+    "decoder_only_lm": decoder_only_lm,
     "bahdanau_seq2seq": bahdanau_seq2seq,
     "translation_pipeline": translation_pipeline,
 }

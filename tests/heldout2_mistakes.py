@@ -855,7 +855,7 @@ def beams_old_lengths(log_probs, lengths, finished, step_log_probs, eos, alpha):
 
 
 # =================================================================================================
-# 11 Beyond 2017: check_rotary_at_positions, check_online_softmax_update,
+# 11 Modern attention: check_rotary_at_positions, check_online_softmax_update; 12 Decoder-only LM:
 # check_cached_gqa_self_attention, check_top_p_probs
 # =================================================================================================
 

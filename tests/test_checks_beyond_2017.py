@@ -1,4 +1,5 @@
-"""The checks of notebook 11_beyond_2017 (d2lhelpers/exercises/checks_beyond_2017.py): right and
+"""The checks of notebooks 11_modern_attention and 12_decoder_only_lm
+(d2lhelpers/exercises/checks_beyond_2017.py): right and
 plausible wrong answers (see checks_common.py), each factory right by default and a mistake with
 one flag flipped. Written independently of the checks' references (d2lhelpers.decoder_only)."""
 

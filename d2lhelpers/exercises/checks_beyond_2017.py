@@ -1,5 +1,6 @@
-"""The checks of notebook 11_beyond_2017's coding exercises: RoPE at given positions, one block of
-the online softmax, cached grouped-query self-attention, and top-p probabilities."""
+"""The checks of the coding exercises of notebooks 11_modern_attention (RoPE at given positions,
+one block of the online softmax) and 12_decoder_only_lm (cached grouped-query self-attention,
+top-p probabilities): the two halves of the former notebook 11_beyond_2017."""
 
 from __future__ import annotations
 
