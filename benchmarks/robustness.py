@@ -91,7 +91,7 @@ WATCHED: dict[str, dict[str, str]] = {
             "max(scaled['jacobian norm']) / min(scaled['jacobian norm'])",
         "Jacobian norm at d = 1024, scaled / unscaled (> 5)":
             "scaled['jacobian norm'][-1] / unscaled['jacobian norm'][-1]",
-        "predicting 0: test MSE (0.9 .. 1.1)": "baseline",
+        "predicting 0: test MSE (0.9 .. 1.1)": "predict_zero_mse()",
         "softmax: largest test MSE (< 0.05)": "mse['softmax'].max()",
         "softmax: smallest retrieval accuracy (> 0.95)": "table['softmax']['accuracy'].min()",
         "alternatives: smallest MSE / largest softmax MSE (> 3)":
@@ -111,7 +111,7 @@ WATCHED: dict[str, dict[str, str]] = {
         "exercise 5, |mean paired difference from softmax| / softmax's mean MSE (< 0.5)":
             "abs(sparse_excess.mean()) / mse['softmax'].mean()",
         "exercise 6, sigmoid b = 0: smallest test MSE / predicting 0 (> 1)":
-            "sigmoid_0['test MSE'].min() / baseline",
+            "sigmoid_0['test MSE'].min() / predict_zero_mse()",
         "exercise 6, sigmoid b = 0: smallest sum of the weights (> 2)": "sigmoid_0['weight sum'].min()",
         "exercise 6, sigmoid b = 0: smallest share of right arg-max (> 0.9)":
             "sigmoid_0['arg-max right'].min()",
