@@ -144,7 +144,7 @@ WATCHED: dict[str, dict[str, str]] = {
         "sinusoidal, mean curve on 16-63: highest (> 0.5)": "sinusoidal_curve.max()",
         "sinusoidal, mean curve on 16-63: position of the highest (> 30)":
             "sinusoidal_curve.argmax().item() + 16",
-        "sinusoidal, mean curve: positions 1-11 minus 12-15 (> 0.2)":
+        "sinusoidal, mean curve: positions 1-11 minus 12-15 (> 0.1)":
             "(lambda c: (c[:11].mean() - c[11:15].mean()).item())"
             "(per_position['sinusoidal'].mean(dim=0))",
         "sinusoidal: accuracy at length 16 minus on positions 1-15 of 64 (> 0)":
