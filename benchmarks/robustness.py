@@ -132,6 +132,8 @@ WATCHED: dict[str, dict[str, str]] = {
             "min(in_length[name, s] for name in ('sinusoidal', 'learned') for s in seeds)",
         "no positions: highest accuracy on length 16 (< 0.5)":
             "max(in_length['none', s] for s in seeds)",
+        "no positions: lowest accuracy on length 16 (> 0.125)":
+            "min(in_length['none', s] for s in seeds)",
         "learned, positions 16-63: highest accuracy (< 0.094)": "unseen_accuracy['learned'].max()",
         "sinusoidal, positions 16-63: lowest accuracy (> 0.125)":
             "unseen_accuracy['sinusoidal'].min()",
@@ -142,6 +144,11 @@ WATCHED: dict[str, dict[str, str]] = {
             "intervals['learned'].low",
         "sinusoidal, mean curve on 16-63: lowest (< 0.2)": "sinusoidal_curve.min()",
         "sinusoidal, mean curve on 16-63: highest (> 0.5)": "sinusoidal_curve.max()",
+        "sinusoidal, mean curve on 16-63: position of the highest (> 30)":
+            "sinusoidal_curve.argmax().item() + 16",
+        "sinusoidal, mean curve: positions 1-11 minus 12-15 (> 0.1)":
+            "(lambda c: (c[:11].mean() - c[11:15].mean()).item())"
+            "(per_position['sinusoidal'].mean(dim=0))",
         "sinusoidal: accuracy at length 16 minus on positions 1-15 of 64 (> 0)":
             "min(in_length['sinusoidal', s] - seen_accuracy['sinusoidal'][k].item() "
             "for k, s in enumerate(seeds))",
@@ -155,11 +162,17 @@ WATCHED: dict[str, dict[str, str]] = {
             "(relative_unseen - relative_seen).abs().max()",
         "relative bias minus sinusoidal, 16-63: smallest (> 0.3)":
             "(relative_unseen - unseen_accuracy['sinusoidal']).min()",
+        "relative bias: length 16 minus positions 1-15 of 64: smallest (> 0.05)":
+            "(relative_in_length - relative_seen).min()",
         "random offset, 16-63: lowest accuracy (> 0.8)": "variants['random offset'].min()",
         "random offset minus random lengths, 16-63: smallest (> 0.3)":
             "(variants['random offset'] - variants['random lengths']).min()",
         "random lengths minus fixed length, 16-63: |mean| (< 0.1)":
             "abs(changes['random lengths'].mean())",
+        "random offset, positions 1-15 of 64 tokens: highest accuracy (< 0.95)":
+            "variants_seen['random offset'].max()",
+        "random offset minus fixed length, positions 1-15 of 64: |mean| (< 0.1)":
+            "abs(variants_seen['random offset'].mean() - seen_accuracy['sinusoidal'].mean())",
         "exercise 1: causal self-attention, shuffled vs in order: largest difference (> 1e-3)":
             "gap",
     },
