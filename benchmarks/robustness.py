@@ -248,8 +248,7 @@ WATCHED: dict[str, dict[str, str]] = {
         "smoothed: exact match (>= 0.95)": "smoothed_accuracy",
         "post-norm, no warm-up: highest exact match (< 0.1)": "max(post_cold)",
         "post-norm, no warm-up: lowest final loss (> 1.5)": "min(stuck_losses)",
-        "post-norm, no warm-up: largest fall after epoch 1 (< 0.5)":
-            "max(r.epoch_losses[0] - r.epoch_losses[-1] for _, r in runs['post-norm, no warm-up'])",
+        "post-norm, no warm-up: largest fall after epoch 1 (< 0.5)": "max(stuck_falls)",
         "post-norm, warm-up: lowest exact match (>= 0.5)": "min(post_warm)",
         "pre-norm, no warm-up: seeds learned (>= 2 of 3)": "pre_learned",
         "pre-norm, no warm-up: lowest exact match (not asserted)": "min(pre_cold)",
