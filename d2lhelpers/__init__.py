@@ -93,7 +93,13 @@ from .plotting import (
 )
 from .positional import PositionalEncoding, RotaryEmbedding, apply_rotary, rotary_frequencies
 from .rnn import BahdanauDecoder, BahdanauDecoderState, BahdanauSeq2Seq, GRUEncoder
-from .training import TrainingReport, masked_cross_entropy, train_seq2seq, transformer_lr
+from .training import (
+    TrainingReport,
+    masked_cross_entropy,
+    paper_adam,
+    train_seq2seq,
+    transformer_lr,
+)
 from .transformer import (
     AddNorm,
     DecoderBlock,

@@ -161,31 +161,47 @@ def show_heatmaps(matrices, xlabel, ylabel, titles=None, figsize=(2.5, 2.5), cma
     return fig
 
 
-def plot_runs(runs, ylabel, xlabel=None, figsize=(3.5, 2.5), axes=None, seed=0):
-    """Compare methods over several runs (seeds, draws): every run as a grey dot, and each method's
-    mean with its 95% bootstrap confidence interval (seaborn's ``pointplot``, resampling with
-    ``seed`` so that the figure repeats). Returns the axes.
+def plot_runs(runs, ylabel, xlabel=None, figsize=(3.5, 2.5), axes=None, seed=0,
+              interval="bootstrap"):
+    """Compare methods over several runs (seeds, draws): every run as a grey dot, drawn on top, and
+    each method's mean with its 95% confidence interval (seaborn's ``pointplot``). Returns the axes.
 
     runs: {method name: [one value per run]}, e.g. ``{"sinusoidal": [...], "learned": [...]}``.
+    interval: ``"bootstrap"`` (resampling with ``seed``, so that the figure repeats), or ``"t"``,
+    Student's t-interval, mean +- t_{0.975, n-1} s / sqrt(n), which accounts for few runs where a
+    bootstrap interval is far too narrow.
     """
     import seaborn as sns
 
     if not runs or any(len(values) == 0 for values in runs.values()):
         raise ValueError(f"runs must map each method to at least one value, got {runs!r}")
+    if interval not in ("bootstrap", "t"):
+        raise ValueError(f"interval must be 'bootstrap' or 't', got {interval!r}")
     names = [name for name, values in runs.items() for _ in values]
     values = [float(v) for vs in runs.values() for v in _as_numpy(vs).ravel()]
     if len(values) != len(names):
         raise ValueError("runs must map each method to a flat sequence of numbers")
     if axes is None:
         _, axes = plt.subplots(figsize=figsize)
-    sns.stripplot(x=names, y=values, ax=axes, color="0.6", size=4, jitter=0.15, zorder=1)
-    sns.pointplot(x=names, y=values, ax=axes, errorbar=("ci", 95), seed=seed, color="C0",
-                  linestyle="none", capsize=0.2, markers="D")
+    errorbar = ("ci", 95) if interval == "bootstrap" else _t_interval
+    sns.pointplot(x=names, y=values, ax=axes, errorbar=errorbar, seed=seed, color="C0",
+                  linestyle="none", capsize=0.2, markers="D", markersize=5, zorder=2)
+    sns.stripplot(x=names, y=values, ax=axes, color="0.45", size=4, jitter=0.15, zorder=3,
+                  edgecolor="white", linewidth=0.5)
     axes.set_ylabel(ylabel)
     if xlabel:
         axes.set_xlabel(xlabel)
     axes.grid(True, axis="y")
     return axes
+
+
+def _t_interval(values):
+    """Student's 95% t-interval of the mean of ``values`` (seaborn's ``errorbar`` callable)."""
+    from scipy import stats
+
+    values = np.asarray(values, dtype=float)
+    half = stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))
+    return values.mean() - half, values.mean() + half
 
 
 def _in_notebook() -> bool:

@@ -26,6 +26,7 @@ __all__ = [
     "masked_cross_entropy",
     "TrainingReport",
     "transformer_lr",
+    "paper_adam",
     "train_seq2seq",
 ]
 
@@ -82,13 +83,30 @@ def transformer_lr(step: int, d_model: int, warmup_steps: int = 4000, factor: fl
 
         scheduler = LambdaLR(optimizer, lambda i: transformer_lr(i + 1, d_model, warmup_steps))
 
-    and pass both to :func:`train_seq2seq` (``optimizer=..., scheduler=...``).
+    and pass both to :func:`train_seq2seq` (``optimizer=..., scheduler=...``); :func:`paper_adam`
+    builds the two.
     """
     for name, value in (("step", step), ("d_model", d_model), ("warmup_steps", warmup_steps)):
         check_int(value, name)
     if not factor > 0:
         raise ValueError(f"factor must be positive, got {factor!r}")
     return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
+
+
+def paper_adam(parameters, schedule: Callable[[int], float]):
+    """The paper's optimiser: Adam with beta1 = 0.9, beta2 = 0.98 and eps = 1e-9 whose learning rate
+    at update number s = 1, 2, ... is ``schedule(s)`` (e.g. a :func:`transformer_lr`). Returns
+    ``(optimizer, scheduler)`` for :func:`train_seq2seq`.
+
+    The optimizer's own rate is 1.0, and ``LambdaLR`` (which counts updates from 0 and multiplies
+    that rate by its function's value) gets ``lambda i: schedule(i + 1)``. Fused (one kernel for
+    all parameters, as :func:`train_seq2seq`'s default) when the parameters are on the CPU or a
+    CUDA device: move the model to its device first.
+    """
+    parameters = list(parameters)
+    fused = all(p.device.type in ("cpu", "cuda") for p in parameters) or None
+    optimizer = torch.optim.Adam(parameters, lr=1.0, betas=(0.9, 0.98), eps=1e-9, fused=fused)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: schedule(i + 1))
 
 
 def train_seq2seq(model: nn.Module, data_loader, num_epochs: int | None = None, *,

@@ -174,6 +174,21 @@ def test_plot_runs_shows_every_run_and_each_methods_mean_with_its_interval():
     assert [t.get_text() for t in axes.get_xticklabels()] == list(runs)
 
 
+def test_plot_runs_draws_students_t_interval_with_the_dots_on_top():
+    from scipy import stats
+
+    runs = {"a": [0.915, 0.79, 0.975], "b": [0.89, 0.715, 0.65]}
+    axes = d2lh.plot_runs(runs, ylabel="exact match", interval="t")
+    for values, bar in zip(runs.values(), axes.lines[1:]):
+        half = stats.t.ppf(0.975, 2) * np.std(values, ddof=1) / np.sqrt(3)
+        np.testing.assert_allclose([np.nanmin(bar.get_ydata()), np.nanmax(bar.get_ydata())],
+                                   [np.mean(values) - half, np.mean(values) + half])
+    assert min(dots.get_zorder() for dots in axes.collections) > max(
+        line.get_zorder() for line in axes.lines)  # no dot hidden under a cap or a mean
+    with pytest.raises(ValueError, match="interval must be 'bootstrap' or 't'"):
+        d2lh.plot_runs(runs, ylabel="exact match", interval="normal")
+
+
 @pytest.mark.parametrize("runs", [{}, {"a": []}])
 def test_plot_runs_rejects_empty_runs(runs):
     with pytest.raises(ValueError, match="runs must map each method to at least one value"):

@@ -174,6 +174,27 @@ def test_schedule_with_lambda_lr_sets_the_optimizer_learning_rate():
         scheduler.step()
 
 
+def test_paper_adam_is_the_papers_adam_at_the_schedules_rate_from_update_one():
+    schedule = lambda s: d2lh.transformer_lr(s, 16, warmup_steps=3)  # noqa: E731
+    torch.manual_seed(0)
+    ours, reference = nn.Parameter(torch.randn(5)), nn.Parameter(torch.zeros(5))
+    reference.data.copy_(ours.data)
+    optimizer, scheduler = d2lh.paper_adam([ours], schedule)
+    assert optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
+    assert optimizer.defaults["fused"]  # one kernel, as train_seq2seq's default on the CPU
+    by_hand = torch.optim.Adam([reference], lr=1.0, betas=(0.9, 0.98), eps=1e-9)
+    by_hand_scheduler = torch.optim.lr_scheduler.LambdaLR(by_hand, lambda i: schedule(i + 1))
+    for step in range(1, 8):
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(schedule(step))
+        grad = torch.randn(5)
+        for parameter, opt, sched in ((ours, optimizer, scheduler),
+                                      (reference, by_hand, by_hand_scheduler)):
+            parameter.grad = grad.clone()
+            opt.step()
+            sched.step()
+        torch.testing.assert_close(ours.data, reference.data)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(step=0, d_model=8), "step must be a positive int, got 0"),
     (dict(step=1, d_model=8, warmup_steps=0), "warmup_steps must be a positive int, got 0"),
