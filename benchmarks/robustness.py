@@ -239,7 +239,8 @@ WATCHED: dict[str, dict[str, str]] = {
         "alignments: word steps moving forward, minus chance (not asserted)": "forward - chance",
         "Transformer: held-out BLEU (not asserted)": "transformer_bleu",
         "Transformer - RNN BLEU after as many epochs (> 2)": "per_epoch_gain",
-        "RNN - Transformer BLEU at half the budget (> 0)": "half_budget_gap",
+        "Transformer - RNN BLEU, each after its own epochs (not asserted)":
+            "transformer_bleu - rnn_bleu",
         "Transformer ahead at every epoch from epoch (not asserted)": "ahead_from",
         "BLEU at the end, Transformer - RNN (not asserted)": "comparison.difference",
         "paired bootstrap p-value (not asserted)": "comparison.p_value",

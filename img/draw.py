@@ -905,9 +905,16 @@ def bahdanau_seq2seq():
         + r"$= \sum_j \alpha_{2j}\mathbf{h}_j$", VALUE, VALUE_EDGE, size=9)
     arrow(ax, (att_x + att_w, att_y + att_h / 2), (ctx_x, att_y + att_h / 2), color=VALUE_EDGE)
     arrow(ax, (ctx_x + 1.15, att_y), (dec_x[2] + 0.12, y + h), color=VALUE_EDGE, lw=1.6)
+    # the output layer reads [s_2; c_2; e(y_1)]: dashed, c_2 and the word fed join s_2's arrow
+    word_x = dec_x[2] + w / 2
+    arrow(ax, (ctx_x + 1.3, att_y), (word_x + 0.2, 2.6), color=VALUE_EDGE, lw=1.0, ls="--")
+    ax.plot([dec_x[2] + w + 0.02, dec_x[2] + w + 0.12, dec_x[2] + w + 0.12], [0.52, 0.52, 2.1],
+            color="#444444", lw=1.0, ls="--", zorder=0)
+    arrow(ax, (dec_x[2] + w + 0.12, 2.1), (word_x + 0.25, 2.33), lw=1.0, ls="--", shrink=0)
     label(ax, 4.5, 0.12, r"the previous state $\mathbf{s}_1$ asks, every encoder state answers "
           r"with its weight $\alpha_{2j}$ (line width); the GRU step to $\mathbf{s}_2$ reads the "
-          "context and the word fed", size=8.5, color="#555555")
+          "context and the word fed;\nthe prediction reads all three (dashed: the context and the "
+          "word fed)", size=8.5, color="#555555")
     return fig
 
 
