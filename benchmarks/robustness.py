@@ -303,6 +303,32 @@ WATCHED: dict[str, dict[str, str]] = {
         "exercise 4: |mean g = 4 - g = 1| / perplexity (< 0.05)":
             "abs(g4_minus_g1.mean().item()) / kv_perplexity[2][0]",
     },
+    "13_what_heads_learn": {
+        "latest phase change / STEPS (<= 0.8)": "change_at.max().item() / STEPS",
+        "two layers: highest final loss on the repeats / ln V (< 0.3)": "max(repeats_final)",
+        "two layers: lowest final loss on the first half / ln V (> 0.95)": "min(first_half_final)",
+        "one layer: lowest loss on the repeats / ln V (> 0.75)": "one_layer_lowest",
+        "lowest previous-token score of the found head (> 0.6)": "min(previous_scores)",
+        "lowest induction score of the found head (> 0.6)": "min(induction_scores)",
+        "highest induction score of the other layer-1 head (< 0.4)": "max(other_induction)",
+        "smallest rise of the induction score around the phase change (> 0.3)":
+            "min(after - before for before, after in jumps)",
+        "without the induction head: lowest loss on the repeats / ln V (> 0.7)":
+            "min(n[0] for n in numbers.values())",
+        "without the other layer-1 head: highest loss on the repeats / ln V (< 0.5)":
+            "max(n[1] for n in numbers.values())",
+        "without the previous-token head: lowest loss on the repeats / ln V (> 0.6)":
+            "min(n[2] for n in numbers.values())",
+        "without the previous-token head: highest induction score (< 0.3)":
+            "max(n[3] for n in numbers.values())",
+        "fresh sequences: lowest share of repeated tokens copied (> 0.9)": "min(copied_all)",
+        "control: smallest rise after the phase change, nats (> 0.02)":
+            "min(last - lowest for lowest, last in rises)",
+        "exercise 2: induction score on chance repeats (> 0.3)":
+            "chance_scores[induction_head].item()",
+        "exercise 2: that score / the other layer-1 head's (> 2)":
+            "(chance_scores[induction_head] / chance_scores[1 - induction_head]).item()",
+    },
 }
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
