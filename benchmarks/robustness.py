@@ -308,26 +308,34 @@ WATCHED: dict[str, dict[str, str]] = {
         "two layers: highest final loss on the repeats / ln V (< 0.3)": "max(repeats_final)",
         "two layers: lowest final loss on the first half / ln V (> 0.95)": "min(first_half_final)",
         "one layer: lowest loss on the repeats / ln V (> 0.75)": "one_layer_lowest",
-        "lowest previous-token score of the found head (> 0.6)": "min(previous_scores)",
-        "lowest induction score of the found head (> 0.6)": "min(induction_scores)",
-        "highest induction score of the other layer-1 head (< 0.4)": "max(other_induction)",
-        "smallest rise of the induction score around the phase change (> 0.3)":
+        "previous-token heads in layer 0, per seed (1 each)": "str(layer0_counts)",
+        "induction heads in layer 1, per seed (2 each)": "str(layer1_counts)",
+        "lowest previous-token score of a previous-token head (> 0.6)": "min(previous_scores)",
+        "lowest induction score of an induction head (> 0.6)": "min(induction_scores)",
+        "highest previous-token score of the other layer-0 head (< 0.4)": "max(other_previous)",
+        "smallest rise of an induction score around the phase change (> 0.3)":
             "min(after - before for before, after in jumps)",
-        "without the induction head: lowest loss on the repeats / ln V (> 0.7)":
+        "smallest rise of the previous-token score around the phase change (> 0.2)":
+            "min(after - before for before, after in previous_jumps)",
+        "without the induction heads: lowest loss on the repeats / ln V (> 0.7)":
             "min(n[0] for n in numbers.values())",
-        "without the other layer-1 head: highest loss on the repeats / ln V (< 0.5)":
-            "max(n[1] for n in numbers.values())",
-        "without the previous-token head: lowest loss on the repeats / ln V (> 0.6)":
-            "min(n[2] for n in numbers.values())",
+        "without the previous-token head: lowest loss on the repeats / ln V (> 0.7)":
+            "min(n[1] for n in numbers.values())",
+        "without the other layer-0 head: highest loss on the repeats / ln V (< 0.5)":
+            "max(n[2] for n in numbers.values())",
         "without the previous-token head: highest induction score (< 0.3)":
             "max(n[3] for n in numbers.values())",
+        "without both minus without one induction head, smallest / ln V (> 0.1)":
+            "min(n[0] - n[4] for n in numbers.values())",
+        "without one induction head minus with all, smallest / ln V (> 0.1)":
+            "min(n[5] for n in numbers.values())",
         "fresh sequences: lowest share of repeated tokens copied (> 0.9)": "min(copied_all)",
         "control: smallest rise after the phase change, nats (> 0.02)":
             "min(last - lowest for lowest, last in rises)",
-        "exercise 2: induction score on chance repeats (> 0.3)":
-            "chance_scores[induction_head].item()",
-        "exercise 2: that score / the other layer-1 head's (> 2)":
-            "(chance_scores[induction_head] / chance_scores[1 - induction_head]).item()",
+        "exercise 2: lowest score of an induction head on chance repeats (> 0.3)":
+            "chance_scores[1, induction_heads].min().item()",
+        "exercise 2: highest score of a layer-0 head on chance repeats (< 0.1)":
+            "chance_scores[0].max().item()",
     },
 }
 
