@@ -332,6 +332,40 @@ WATCHED: dict[str, dict[str, str]] = {
         "exercise 2: |mean g = 4 - g = 1| / perplexity (< 0.05)":
             "abs(g4_minus_g1.mean().item()) / kv_perplexity[2][0]",
     },
+    "13_what_heads_learn": {
+        "latest phase change / STEPS (<= 0.8)": "change_at.max().item() / STEPS",
+        "two layers: highest final loss on the repeats / ln V (< 0.3)": "max(repeats_final)",
+        "two layers: lowest final loss on the first half / ln V (> 0.95)": "min(first_half_final)",
+        "one layer: lowest loss on the repeats / ln V (> 0.75)": "one_layer_lowest",
+        "previous-token heads in layer 0, per seed (1 each)": "str(layer0_counts)",
+        "induction heads in layer 1, per seed (2 each)": "str(layer1_counts)",
+        "lowest previous-token score of a previous-token head (> 0.5)": "min(previous_scores)",
+        "lowest induction score of an induction head (> 0.6)": "min(induction_scores)",
+        "highest previous-token score of the other layer-0 head (< 0.4)": "max(other_previous)",
+        "smallest rise of an induction score around the phase change (> 0.25)":
+            "min(after - before for before, after in jumps)",
+        "smallest rise of the previous-token score around the phase change (> 0.2)":
+            "min(after - before for before, after in previous_jumps)",
+        "without the induction heads: lowest loss on the repeats / ln V (> 0.7)":
+            "min(n[0] for n in numbers.values())",
+        "without the previous-token head: lowest loss on the repeats / ln V (> 0.7)":
+            "min(n[1] for n in numbers.values())",
+        "without the other layer-0 head: highest loss on the repeats / ln V (< 0.5)":
+            "max(n[2] for n in numbers.values())",
+        "without the previous-token head: highest induction score (< 0.4)":
+            "max(n[3] for n in numbers.values())",
+        "without both minus without one induction head, smallest / ln V (> 0.1)":
+            "min(n[0] - n[4] for n in numbers.values())",
+        "without one induction head minus with all, smallest / ln V (> 0.1)":
+            "min(n[5] for n in numbers.values())",
+        "fresh sequences: lowest share of repeated tokens copied (> 0.85)": "min(copied_all)",
+        "control: smallest rise after the phase change, nats (> 0.02)":
+            "min(last - lowest for lowest, last in rises)",
+        "exercise 2: lowest score of an induction head on chance repeats (> 0.3)":
+            "chance_scores[1, induction_heads].min().item()",
+        "exercise 2: highest score of a layer-0 head on chance repeats (< 0.15)":
+            "chance_scores[0].max().item()",
+    },
 }
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

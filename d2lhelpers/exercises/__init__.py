@@ -55,6 +55,7 @@ from .checks_training_recipe import check_adam_steps, check_real_token_smoothing
 from .checks_decoding import check_advance_beams, check_follow_parents
 from .checks_beyond_2017 import (check_cached_gqa_self_attention, check_online_softmax_update,
                                  check_rotary_at_positions, check_top_p_probs)
+from .checks_heads import check_head_ablation, check_induction_score
 from .runner import ExerciseCheckFailed, Symptom, run_check
 from .stubs import NotWrittenYet
 
@@ -89,4 +90,6 @@ __all__ = [
     "check_online_softmax_update",
     "check_cached_gqa_self_attention",
     "check_top_p_probs",
+    "check_induction_score",
+    "check_head_ablation",
 ]
