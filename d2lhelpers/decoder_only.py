@@ -126,9 +126,9 @@ def llama_rope_permutation(d_k: int) -> torch.Tensor:
     """The one place where the two layouts of RoPE's feature pairs meet.
 
     The course (:func:`~d2lhelpers.positional.apply_rotary`, as notebook 05's rotation) turns
-    the neighbouring features (2j, 2j+1) of a head by m * omega_j; Llama's reference
-    implementation (``rotate_half`` in transformers) turns features (j, j + d_k/2) by the same
-    angle. Row ``perm[i]`` of a Llama query or key projection (within one head) is row ``i`` of
+    the neighbouring features (2j, 2j+1) of a head by m * omega_j, as Meta's original Llama code
+    does; transformers' Llama (``rotate_half``) turns features (j, j + d_k/2) by the same angle,
+    its conversion script having reordered the rows of Meta's checkpoints the same way. Row ``perm[i]`` of a Llama query or key projection (within one head) is row ``i`` of
     ours: ``perm = [0, d_k/2, 1, d_k/2 + 1, ...]``; ``torch.argsort(perm)`` goes back. The scores
     q . k are sums over pairs, so reordering the rows of W_q and W_k alike changes nothing else.
     """
