@@ -93,6 +93,12 @@ def transformer_lr(step: int, d_model: int, warmup_steps: int = 4000, factor: fl
     return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
 
 
+def _can_fuse(devices) -> bool | None:
+    """Whether Adam's fused kernel serves every one of ``devices`` (the CPU and CUDA have it);
+    None lets PyTorch choose elsewhere (MPS, for instance)."""
+    return all(torch.device(d).type in ("cpu", "cuda") for d in devices) or None
+
+
 def paper_adam(parameters, schedule: Callable[[int], float]):
     """The paper's optimiser: Adam with beta1 = 0.9, beta2 = 0.98 and eps = 1e-9 whose learning rate
     at update number s = 1, 2, ... is ``schedule(s)`` (e.g. a :func:`transformer_lr`). Returns
@@ -104,8 +110,8 @@ def paper_adam(parameters, schedule: Callable[[int], float]):
     CUDA device: move the model to its device first.
     """
     parameters = list(parameters)
-    fused = all(p.device.type in ("cpu", "cuda") for p in parameters) or None
-    optimizer = torch.optim.Adam(parameters, lr=1.0, betas=(0.9, 0.98), eps=1e-9, fused=fused)
+    optimizer = torch.optim.Adam(parameters, lr=1.0, betas=(0.9, 0.98), eps=1e-9,
+                                 fused=_can_fuse(p.device for p in parameters))
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: schedule(i + 1))
 
 
@@ -139,8 +145,7 @@ def train_seq2seq(model: nn.Module, data_loader, num_epochs: int | None = None, 
     device = device or next(model.parameters()).device
     model.to(device).train()
     if optimizer is None:  # fused: one kernel updates every parameter tensor at once
-        optimizer = torch.optim.Adam(model.parameters(), lr=2e-3,
-                                     fused=torch.device(device).type in ("cpu", "cuda"))
+        optimizer = torch.optim.Adam(model.parameters(), lr=2e-3, fused=_can_fuse([device]))
     report = TrainingReport()
     epochs = range(num_epochs) if num_epochs is not None else itertools.count()
     bar = tqdm(total=num_epochs, unit="epoch", disable=not progress, file=sys.stdout)
