@@ -22,12 +22,13 @@ nbgrader's source notebook adds the hidden tests below the call, which a learner
     ... (the same check with seed=1, by a copy of the checks loaded afresh)
     ### END HIDDEN TESTS
 
-Four commands, run from the repository's folder::
+Five commands, run from the repository's folder::
 
     python -m exercise_authoring update notebooks/*.ipynb
     python -m exercise_authoring copies notebooks/*.ipynb --out exercises/
     python -m exercise_authoring source notebooks/0[1-3]_*.ipynb --out source/attention/
     python -m exercise_authoring reading notebooks/*.ipynb
+    python -m exercise_authoring translate notebooks/*.ipynb
 
 ``update`` rewrites, in place, each teaching notebook's setup cell (on Colab it installs
 d2lhelpers at the release tag of the package's version; anywhere it imports d2lhelpers), its
@@ -40,8 +41,13 @@ release tag (``--answer-key DIR`` also writes copies that keep the solutions). `
 nbgrader's source notebooks, for an nbgrader course folder's ``source/<assignment>/``: each
 teaching notebook, current as ``update`` writes it, with the hidden tests in its check cells.
 
+``translate`` keeps the Chinese edition in step (see ``translation``): it merges each notebook's
+English paragraphs into its gettext catalogue, ``locale/zh_CN/LC_MESSAGES/<notebook>.po`` (a
+changed paragraph keeps its old translation, marked fuzzy), and writes the Chinese notebooks,
+``notebooks/zh-CN/``, from the catalogues: the same cells, code and outputs.
+
 Modules: ``project`` (address and version from pyproject.toml), ``copies``, ``nbgrader_metadata``,
-``sources`` (the templates, ``update`` and ``source``), ``grading`` (an nbgrader preprocessor; it
+``sources`` (the templates, ``update`` and ``source``), ``translation`` (the catalogues and the Chinese edition), ``grading`` (an nbgrader preprocessor; it
 needs nbconvert and is not imported here). Plain Python: this package imports neither torch nor
 d2lhelpers, so the commands start at once.
 """
@@ -143,6 +149,15 @@ def main(argv=None) -> int:
     source.add_argument("notebooks", nargs="+", type=Path, help="teaching notebooks")
     source.add_argument("--out", type=Path, required=True,
                         help="folder for them: source/<assignment>/ in an nbgrader course folder")
+    translate = commands.add_parser(
+        "translate", help="the Chinese edition: merge each notebook's English paragraphs into its "
+                          "catalogue locale/zh_CN/LC_MESSAGES/<notebook>.po (a changed paragraph "
+                          "becomes fuzzy) and write notebooks/zh-CN/<notebook>.ipynb")
+    translate.add_argument("notebooks", nargs="+", type=Path, help="English teaching notebooks")
+    translate.add_argument("--check", action="store_true",
+                           help="write nothing; exit 1 if a catalogue or Chinese notebook is "
+                                "stale, an entry untranslated or fuzzy, or a translation loses "
+                                "what its English keeps")
     reading = commands.add_parser(
         "reading", help="print each notebook's main-line reading time: prose words / 200 + "
                         "visible code lines / 10 minutes")
@@ -154,6 +169,21 @@ def main(argv=None) -> int:
     elif args.command == "copies":
         for path in write_copies(args.notebooks, args.out, args.answer_key):
             print(f"wrote {path}")
+    elif args.command == "translate":
+        from .translation import translate_notebooks, translation_report
+
+        summaries = translate_notebooks(args.notebooks, write=not args.check)
+        failed = False
+        for s in summaries:
+            problems = translation_report(s["notebook"])
+            print(f"{'stale' if args.check and s['changed'] else 'wrote' if not args.check else 'current'}"
+                  f" {s['translation']}: {s['entries']} entries, {s['untranslated']} untranslated, "
+                  f"{s['fuzzy']} fuzzy, {len(problems)} with problems")
+            for problem in problems:
+                print("    " + problem)
+            failed |= bool(s["untranslated"] or s["fuzzy"] or problems
+                           or (args.check and s["changed"]))
+        return 1 if args.check and failed else 0
     elif args.command == "reading":
         import json
 

@@ -82,6 +82,9 @@ _REGION = re.compile(rf"^([ \t]*)[^\n]*{_BEGIN}[^\n]*\n.*?^[^\n]*{_END}[^\n]*$",
                      re.MULTILINE | re.DOTALL)
 _HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[^\n]*\n.*?^[ \t]*### END HIDDEN TESTS[^\n]*\n?",
                      re.MULTILINE | re.DOTALL)
+# The link to the other edition, after the badge (see translation.edition_line): a student copy
+# drops it (the copy has no other edition, and the link would open the solutions).
+OTHER_EDITION = re.compile(r" · \[[^\]]+\]\([^)\s]+\.ipynb\) \(\[[^\]]+\]\(https://colab[^)\s]+\)\)")
 BADGE = re.compile(r"(\[!\[Open In Colab\]\(https://colab\.research\.google\.com/assets/"
                    r"colab-badge\.svg\)\])\((https://colab\.research\.google\.com/github/[^)\s]+)\)")
 
@@ -129,6 +132,7 @@ def student_notebook(notebook: dict, keep_solutions: bool = False,
             if cell["cell_type"] == "markdown":
                 cell["source"], found = BADGE.subn(
                     lambda m: f"{m.group(1)}({colab_url})" if colab_url else "", cell["source"])
+                cell["source"] = OTHER_EDITION.sub("", cell["source"])
                 badges += found
         if cell["cell_type"] == "code":
             cell["outputs"], cell["execution_count"] = [], None

@@ -121,14 +121,19 @@ def _answer_behind_a_click(source: str) -> str:
     return _ANSWER_REGION.sub(wrap, source)
 
 
-def updated_notebook(notebook: dict, project: Project) -> dict:
+def updated_notebook(notebook: dict, project: Project, path: Path | None = None) -> dict:
     """The teaching notebook ``notebook`` (nbformat JSON as a dict) with its setup cell rewritten
     from the template, hidden tests removed from its check cells, nbval's comment markers moved
     into cell tags, the solution markers of its markdown cells made HTML comments with the answer
     inside ``<details>``, code solutions and the cells tagged ``hide-input`` (checks and figure
     code) collapsed in every front end (:func:`copies.collapse`), and its nbgrader metadata
-    rewritten; a notebook that is up to date comes back equal."""
+    rewritten; given its ``path``, also the edition line under its title (the Colab badge and the
+    link to its Chinese edition); a notebook that is up to date comes back equal."""
     notebook = copy.deepcopy(notebook)
+    if path is not None:
+        from .translation import with_edition_line
+
+        notebook = with_edition_line(path, notebook)
     for cell in notebook["cells"]:
         if cell["cell_type"] == "markdown":
             source = source_of(cell)
@@ -177,7 +182,7 @@ def update_sources(paths: Sequence[Path]) -> list[tuple[Path, bool]]:
     for path in map(Path, paths):
         notebook = nbformat.read(path, as_version=4)
         try:
-            updated = nbformat.from_dict(updated_notebook(notebook, find_project(path.parent)))
+            updated = nbformat.from_dict(updated_notebook(notebook, find_project(path.parent), path))
         except ValueError as error:
             raise ValueError(f"{path}: {error}") from None
         changed = updated != notebook

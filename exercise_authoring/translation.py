@@ -1,0 +1,415 @@
+"""The Chinese edition: gettext catalogues of the English notebooks' paragraphs, and the Chinese
+notebooks written from them.
+
+The English notebooks are the source. Each markdown cell is cut into blocks as a Markdown parser
+sees them (markdown-it, the parser of MyST and JupyterLab's own renderer family): a heading, a
+paragraph, a list item, a table or an HTML block with text is one catalogue entry, as Sphinx's
+i18n cuts a page. Entries live in one gettext catalogue per notebook,
+``locale/zh_CN/LC_MESSAGES/<notebook>.po``, read, merged and written by Babel: when an English
+paragraph changes, Babel's merge keeps the old translation of the nearest old paragraph and marks
+it fuzzy, so a translator sees what changed and nothing drifts silently.
+
+A Chinese notebook (``notebooks/zh-CN/<notebook>.ipynb``) is its English notebook with each
+translated block replaced: the same cells, the same code, the same stored outputs. Untranslated
+and fuzzy entries keep the English text there, and the tests fail on them.
+
+What is not an entry: blocks with no words outside math, code, links' targets and HTML tags
+(``$$...$$``, ``<!-- BEGIN SOLUTION -->``), and the edition line under the title (the Colab badge
+and the link to the other edition), which this module writes for both editions.
+
+Images are embedded in the notebooks as ``data:`` URIs; in a catalogue each appears as
+:data:`IMAGE` and is put back from the English block, so a redrawn diagram needs no
+retranslation.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import io
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from .copies import BADGE, notebook_text, source_of
+from .project import find_project
+
+__all__ = [
+    "EDITION",
+    "IMAGE",
+    "LOCALE",
+    "Block",
+    "blocks",
+    "catalogue_path",
+    "edition_line",
+    "entry_problems",
+    "extract",
+    "glossary",
+    "translate_notebooks",
+    "translated_notebook",
+    "translation_path",
+    "translation_report",
+    "with_edition_line",
+    "update_catalogue",
+]
+
+LOCALE = "zh_CN"  # the catalogues' folder, locale/zh_CN/LC_MESSAGES/
+EDITION = "zh-CN"  # the Chinese notebooks' folder, notebooks/zh-CN/ (JupyterLab opens both)
+IMAGE = "data:…"  # an embedded image's URI, as a catalogue shows it
+_DATA_URI = re.compile(r"data:[^)\s]+")
+# The edition line: the Colab badge, then the link to the other edition.
+_OTHER_EDITION = {"en": ("中文版", "在 Colab 中打开"), "zh": ("English", "on Colab")}
+_FIXED_DATE = datetime.datetime(2026, 11, 27, tzinfo=datetime.timezone.utc)
+
+
+def _markdown():
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").enable("table")
+
+
+@dataclass(frozen=True)
+class Block:
+    """Lines ``start`` to ``end`` (exclusive) of a markdown cell; ``prefix`` starts the first line
+    (a heading's ``## ``, a list item's marker), ``indent`` the others; ``text`` is the rest: the
+    catalogue's msgid, or None when the block has nothing to translate."""
+
+    start: int
+    end: int
+    prefix: str
+    indent: str
+    text: str | None
+
+
+def _translatable(text: str) -> bool:
+    """Whether words remain outside math, inline code, link targets and HTML tags or comments."""
+    text = re.sub(r"\$\$.*?\$\$|\$[^$]*\$", " ", text, flags=re.DOTALL)
+    text = re.sub(r"`[^`]*`", " ", text)
+    text = re.sub(r"\]\([^)]*\)", "]", text)
+    text = re.sub(r"<!--.*?-->|<[^>]*>", " ", text, flags=re.DOTALL)
+    return re.search(r"[A-Za-z]{2,}", text) is not None
+
+
+def blocks(markdown: str) -> list[Block]:
+    """The blocks of a markdown cell, in order: top-level headings, paragraphs, tables and HTML
+    blocks, and each item of a top-level list (its nested lists included)."""
+    lines = markdown.splitlines()
+    found = []
+    tokens = _markdown().parse(markdown)
+    for i, token in enumerate(tokens):
+        if token.map is None or token.nesting == -1:
+            continue
+        top = token.level == 0
+        item = token.type == "list_item_open" and token.level == 1
+        if not (top and not token.type.endswith("list_open")) and not item:
+            continue
+        start, end = token.map
+        while end > start and not lines[end - 1].strip():
+            end -= 1
+        body = lines[start:end]
+        prefix = indent = ""
+        if token.type == "heading_open":
+            prefix = token.markup + " "
+            body = [body[0][len(prefix):].strip()]
+        elif item:
+            marker = re.match(r"[ \t]*(?:[-*+]|\d+[.)])[ \t]+", body[0]).group(0)
+            prefix, indent = marker, " " * len(marker)
+            body = [body[0][len(marker):]] + [line[len(indent):] if line.startswith(indent)
+                                             else line.lstrip() for line in body[1:]]
+        text = "\n".join(body)
+        found.append(Block(start, end, prefix, indent,
+                           _DATA_URI.sub(IMAGE, text) if _translatable(text) else None))
+    return found
+
+
+def _is_edition_line(text: str) -> bool:
+    return BADGE.search(text) is not None
+
+
+def extract(notebook: dict) -> list[tuple[str, int]]:
+    """The catalogue entries of a notebook: (msgid, cell index), in order, repeats included."""
+    entries = []
+    for index, cell in enumerate(notebook["cells"]):
+        if cell["cell_type"] != "markdown":
+            continue
+        for block in blocks(source_of(cell)):
+            if block.text is not None and not _is_edition_line(block.text):
+                entries.append((block.text, index))
+    return entries
+
+
+def catalogue_path(notebook_path: Path) -> Path:
+    """Where a notebook's catalogue lives: ``locale/zh_CN/LC_MESSAGES/<notebook>.po``."""
+    project = find_project(Path(notebook_path).parent)
+    return project.root / "locale" / LOCALE / "LC_MESSAGES" / (Path(notebook_path).stem + ".po")
+
+
+def translation_path(notebook_path: Path) -> Path:
+    """Where a notebook's Chinese edition lives: ``notebooks/zh-CN/<notebook>.ipynb``."""
+    return Path(notebook_path).parent / EDITION / Path(notebook_path).name
+
+
+def edition_line(notebook_path: Path, language: str) -> str:
+    """The line under a notebook's title: its Open-in-Colab badge, then the other edition, as a
+    relative link (JupyterLab, GitHub) and on Colab. ``language``: "en" or "zh"."""
+    project = find_project(Path(notebook_path).parent)
+    english = Path(notebook_path)
+    chinese = translation_path(english)
+    here, there, link = ((english, chinese, f"{EDITION}/{english.name}") if language == "en"
+                         else (chinese, english, f"../{english.name}"))
+    name, on_colab = _OTHER_EDITION[language]
+    badge = "https://colab.research.google.com/assets/colab-badge.svg"
+
+    def colab(path):
+        return project.colab_url(path).replace(f"/blob/{project.tag}/", "/blob/main/")
+
+    return (f"[![Open In Colab]({badge})]({colab(here)}) · [{name}]({link}) "
+            f"([{on_colab}]({colab(there)}))")
+
+
+def read_catalogue(path: Path):
+    from babel.messages.pofile import read_po
+
+    with open(path, "rb") as f:
+        return read_po(f, locale=LOCALE)
+
+
+def _catalogue_text(catalogue) -> str:
+    from babel.messages.pofile import write_po
+
+    out = io.BytesIO()
+    write_po(out, catalogue, width=0, ignore_obsolete=True, include_previous=True,
+             sort_output=False)
+    return out.getvalue().decode("utf-8")
+
+
+def update_catalogue(notebook_path: Path, notebook: dict, old_text: str | None) -> str:
+    """The catalogue of ``notebook`` (at ``notebook_path``) as text: the English entries, with the
+    translations of ``old_text`` (the catalogue as it was, or None) merged in by Babel; an entry
+    whose English changed gets the old translation of its nearest old English, marked fuzzy."""
+    from babel.messages.catalog import Catalog
+    from babel.messages.pofile import read_po
+
+    project = find_project(Path(notebook_path).parent)
+
+    def new_catalogue():
+        return Catalog(locale=LOCALE, project="attention-course", version=project.version,
+                       creation_date=_FIXED_DATE, revision_date=_FIXED_DATE, fuzzy=False,
+                       copyright_holder="the course's authors",
+                       msgid_bugs_address=project.repository + "/issues")
+
+    template = new_catalogue()
+    for msgid, index in extract(notebook):
+        if msgid in template:
+            template[msgid].locations.append((Path(notebook_path).name, index + 1))
+        else:
+            template.add(msgid, locations=[(Path(notebook_path).name, index + 1)])
+    if old_text is None:
+        catalogue = new_catalogue()
+    else:
+        catalogue = read_po(io.BytesIO(old_text.encode("utf-8")), locale=LOCALE)
+        catalogue.fuzzy = False
+    catalogue.update(template, no_fuzzy_matching=False, update_header_comment=False,
+                     keep_user_comments=True, update_creation_date=False)
+    for message in catalogue:
+        if message.id and not message.string:
+            message.flags.discard("fuzzy")
+    catalogue.header_comment = ("# Chinese edition of the course's notebook "
+                                f"{Path(notebook_path).name}.\n"
+                                "# Written by `python -m exercise_authoring translate`; "
+                                "translate the msgstr lines.\n#")
+    return _catalogue_text(catalogue)
+
+
+def _translations(catalogue_text: str) -> dict[str, str]:
+    """msgid -> msgstr of the entries translated and not fuzzy."""
+    from babel.messages.pofile import read_po
+
+    catalogue = read_po(io.BytesIO(catalogue_text.encode("utf-8")), locale=LOCALE)
+    return {m.id: m.string for m in catalogue
+            if m.id and m.string and not m.fuzzy}
+
+
+def _relink(text: str) -> str:
+    """Links and images of an English block, made to resolve one folder down: a notebook of the
+    course links its Chinese edition (the same name there), any other relative path gets ``../``."""
+
+    def fix(match):
+        target = match.group(1)
+        if re.match(r"[a-z]+:|#", target) or re.fullmatch(r"\d\d_[\w-]+\.ipynb(#.*)?", target):
+            return match.group(0)
+        return f"]({'../' + target}"
+
+    return re.sub(r"\]\(([^)\s]+)", fix, text)
+
+
+def translated_notebook(notebook_path: Path, notebook: dict, catalogue_text: str) -> dict:
+    """The Chinese edition of ``notebook``: each markdown block translated where the catalogue
+    has a translation (not fuzzy), the edition line written for Chinese, code cells and outputs
+    as they are."""
+    translations = _translations(catalogue_text)
+    notebook = copy.deepcopy(notebook)
+    for cell in notebook["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        lines = source_of(cell).splitlines()
+        for block in reversed(blocks(source_of(cell))):
+            if block.text is None:
+                continue
+            if _is_edition_line(block.text):
+                new = [edition_line(notebook_path, "zh")]
+            else:
+                text = translations.get(block.text, block.text)
+                images = iter(_DATA_URI.findall("\n".join(lines[block.start:block.end])))
+                text = text.replace(IMAGE, "\0")
+                text = re.sub("\0", lambda _: next(images, IMAGE), text)
+                text = _relink(text)
+                body = text.split("\n")
+                new = [block.prefix + body[0]] + [block.indent + line if line else line
+                                                  for line in body[1:]]
+            lines[block.start:block.end] = new
+        cell["source"] = "\n".join(lines) + ("\n" if source_of(cell).endswith("\n") else "")
+    notebook["metadata"] = {**notebook["metadata"], "language": "zh-CN"}
+    return notebook
+
+
+def with_edition_line(notebook_path: Path, notebook: dict) -> dict:
+    """The English notebook with its edition line (badge and link to the Chinese edition)
+    written."""
+    notebook = copy.deepcopy(notebook)
+    cell = notebook["cells"][0]
+    lines = source_of(cell).splitlines()
+    for block in blocks(source_of(cell)):
+        if block.text is not None and _is_edition_line(block.text):
+            lines[block.start:block.end] = [edition_line(notebook_path, "en")]
+            cell["source"] = "\n".join(lines) + ("\n" if source_of(cell).endswith("\n") else "")
+            return notebook
+    raise ValueError(f"{notebook_path}: the first cell must hold the Open-in-Colab badge")
+
+
+def translate_notebooks(paths, write: bool = True) -> list[dict]:
+    """For each English notebook: its catalogue merged and written, its Chinese edition written
+    (when ``write``); returns per notebook a summary: entries, untranslated, fuzzy, and whether
+    the catalogue or the Chinese notebook changed."""
+    summaries = []
+    for path in map(Path, paths):
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        po = catalogue_path(path)
+        old = po.read_text(encoding="utf-8") if po.exists() else None
+        text = update_catalogue(path, notebook, old)
+        target = translation_path(path)
+        translated = notebook_text(translated_notebook(path, notebook, text))
+        old_nb = target.read_text(encoding="utf-8") if target.exists() else None
+        catalogue = read_catalogue_text(text)
+        entries = [m for m in catalogue if m.id]
+        summaries.append({
+            "notebook": path, "catalogue": po, "translation": target, "entries": len(entries),
+            "untranslated": sum(not m.string for m in entries),
+            "fuzzy": sum(bool(m.string) and m.fuzzy for m in entries),
+            "changed": old != text or old_nb != translated})
+        if write:
+            po.parent.mkdir(parents=True, exist_ok=True)
+            po.write_text(text, encoding="utf-8")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(translated, encoding="utf-8")
+    return summaries
+
+
+def read_catalogue_text(text: str):
+    from babel.messages.pofile import read_po
+
+    return read_po(io.BytesIO(text.encode("utf-8")), locale=LOCALE)
+
+
+# --- what a translation must keep -------------------------------------------------------------
+
+def _inline(text: str) -> Counter:
+    """What a translation must keep of a block: inline code, math, link and image targets, HTML
+    tags, the numbers written in digits outside them, and the rendered emphasis and links."""
+    kept = Counter()
+    rest = text
+    for kind, pattern in (("math", r"\$\$.*?\$\$|\$[^$\n]*\$"), ("code", r"`[^`\n]*`"),
+                          ("target", r"\]\([^)\s]*\)"), ("tag", r"<!--.*?-->|</?[a-zA-Z][^>]*>")):
+        for found in re.findall(pattern, rest, flags=re.DOTALL):
+            kept[(kind, found)] += 1
+        rest = re.sub(pattern, " ", rest, flags=re.DOTALL)
+    for number in re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])", rest):
+        kept[("number", number)] += 1
+    rendered = Counter(t.type for token in _markdown().parse(text) for t in (token.children or [])
+                       if t.type in ("strong_open", "em_open", "link_open", "image",
+                                     "code_inline"))
+    for kind, count in rendered.items():
+        kept[("rendered", kind)] = count
+    return kept
+
+
+def _term_pattern(english: str) -> re.Pattern:
+    words = []
+    for word in re.split(r"[\s-]+", english.strip()):
+        word = re.escape(word).replace("normalization", "normali[sz]ation")
+        if word.endswith("y") and not word.endswith("ey"):
+            word = word[:-1] + "(?:y|ies)"
+        else:
+            word += "(?:s|es|ed|ing)?"
+        words.append(word)
+    return re.compile(r"\b" + r"[\s-]+".join(words) + r"\b", re.IGNORECASE)
+
+
+def glossary(notebook: dict | None = None) -> dict[str, str]:
+    """English term -> Chinese term: the course's glossary (README.md's table), and, given a
+    notebook, the table of terms in its first cell."""
+    found = {}
+    readme = find_project(Path(__file__).parent).root / "README.md"
+    tables = [readme.read_text(encoding="utf-8").split("\n## Glossary\n", 1)[1].split("\n## ")[0]]
+    if notebook is not None:
+        tables.append(source_of(notebook["cells"][0]))
+    for table in tables:
+        for english, chinese in re.findall(r"^\|\s*([A-Za-z][^|]*?)\s*\|\s*([^|]*?)\s*\|\s*$",
+                                           table, flags=re.MULTILINE):
+            if english != "English" and re.search(r"[\u4e00-\u9fff]", chinese):
+                found[english] = chinese
+    return found
+
+
+def entry_problems(msgid: str, msgstr: str, terms: dict[str, str]) -> list[str]:
+    """What is wrong with a translation, as sentences: each thing the English keeps that the
+    Chinese lost or added (math, code, link targets, tags, numbers, emphasis), and each glossary
+    term of the English whose Chinese is missing."""
+    problems = []
+    english, chinese = _inline(msgid), _inline(msgstr)
+    for (kind, what), count in (english - chinese).items():
+        problems.append(f"the translation lacks the English's {kind} {what!r}"
+                        + (f" ({count} of them)" if count > 1 else ""))
+    for (kind, what), count in (chinese - english).items():
+        if kind != "number":
+            problems.append(f"the translation has a {kind} {what!r} the English has not")
+    if msgid.count(IMAGE) != msgstr.count(IMAGE):
+        problems.append(f"the translation must keep the {msgid.count(IMAGE)} image(s) {IMAGE}")
+    if "\n" not in msgid and "\n" in msgstr:
+        problems.append("the English is one line (a heading, a short item): so must the "
+                        "translation be")
+    prose = re.sub(r"\$\$.*?\$\$|\$[^$\n]*\$|`[^`\n]*`|\]\([^)]*\)", " ", msgid, flags=re.DOTALL)
+    for term, chinese_term in terms.items():
+        if _term_pattern(term).search(prose) and chinese_term not in msgstr:
+            problems.append(f"the English says {term!r}: the translation must use {chinese_term!r}")
+    return problems
+
+
+def translation_report(notebook_path: Path) -> list[str]:
+    """Each problem of a notebook's catalogue as it is on disk, one line each: the cell, the start
+    of the English, and what is wrong (see :func:`entry_problems`)."""
+    notebook = json.loads(Path(notebook_path).read_text(encoding="utf-8"))
+    po = catalogue_path(notebook_path)
+    if not po.exists():
+        return [f"{po} does not exist"]
+    terms = glossary(notebook)
+    lines = []
+    for message in read_catalogue(po):
+        if not message.id or not message.string or message.fuzzy:
+            continue
+        for problem in entry_problems(message.id, message.string, terms):
+            where = ", ".join(f"cell {line}" for _, line in message.locations[:3])
+            lines.append(f"{where}: {message.id[:50]!r}...: {problem}")
+    return lines
