@@ -277,16 +277,19 @@ def translated_notebook(notebook_path: Path, notebook: dict, catalogue_text: str
 
 def with_edition_line(notebook_path: Path, notebook: dict) -> dict:
     """The English notebook with its edition line (badge and link to the Chinese edition)
-    written."""
+    written, where its first cell holds an Open-in-Colab badge (a notebook without one is left
+    as it is)."""
     notebook = copy.deepcopy(notebook)
-    cell = notebook["cells"][0]
+    cell = notebook["cells"][0] if notebook["cells"] else {"cell_type": "code"}
+    if cell["cell_type"] != "markdown":
+        return notebook
     lines = source_of(cell).splitlines()
     for block in blocks(source_of(cell)):
         if block.text is not None and _is_edition_line(block.text):
             lines[block.start:block.end] = [edition_line(notebook_path, "en")]
             cell["source"] = "\n".join(lines) + ("\n" if source_of(cell).endswith("\n") else "")
-            return notebook
-    raise ValueError(f"{notebook_path}: the first cell must hold the Open-in-Colab badge")
+            break
+    return notebook
 
 
 def translate_notebooks(paths, write: bool = True) -> list[dict]:
@@ -327,17 +330,25 @@ def read_catalogue_text(text: str):
 
 def _inline(text: str) -> Counter:
     """What a translation must keep of a block: inline code, math, link and image targets, HTML
-    tags, the numbers written in digits outside them, and the rendered emphasis and links."""
+    tags, the numbers written in digits outside them, and the rendered emphasis and links. Code
+    and math may run over a line break (whitespace inside them is compared as one space)."""
     kept = Counter()
     rest = text
-    for kind, pattern in (("math", r"\$\$.*?\$\$|\$[^$\n]*\$"), ("code", r"`[^`\n]*`"),
+    for kind, pattern in (("code", r"`[^`]*`"), ("math", r"\$\$.*?\$\$|\$[^$]*\$"),
                           ("target", r"\]\([^)\s]*\)"), ("tag", r"<!--.*?-->|</?[a-zA-Z][^>]*>")):
         for found in re.findall(pattern, rest, flags=re.DOTALL):
-            kept[(kind, found)] += 1
-        rest = re.sub(pattern, " ", rest, flags=re.DOTALL)
+            kept[(kind, re.sub(r"\s+", " ", found))] += 1
+        rest = re.sub(pattern, " X ", rest, flags=re.DOTALL)
+    # (a number before thousand, million or billion is said another way in Chinese: 7 billion
+    # is 70 亿, so it is not compared)
+    rest = re.sub(r"\d+(?:\.\d+)?\s+(?:thousand|million|billion|trillion)\b", " ", rest,
+                  flags=re.IGNORECASE)
     for number in re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])", rest):
         kept[("number", number)] += 1
-    rendered = Counter(t.type for token in _markdown().parse(text) for t in (token.children or [])
+    # emphasis and links as a renderer sees them, with math taken out first (markdown-it does not
+    # know math: the underscores of $h_t$ and $h_{t-1}$ would read as emphasis)
+    plain = re.sub(r"\$\$.*?\$\$|\$[^$]*\$", "M", text, flags=re.DOTALL)
+    rendered = Counter(t.type for token in _markdown().parse(plain) for t in (token.children or [])
                        if t.type in ("strong_open", "em_open", "link_open", "image",
                                      "code_inline"))
     for kind, count in rendered.items():
@@ -390,7 +401,8 @@ def entry_problems(msgid: str, msgstr: str, terms: dict[str, str]) -> list[str]:
     if "\n" not in msgid and "\n" in msgstr:
         problems.append("the English is one line (a heading, a short item): so must the "
                         "translation be")
-    prose = re.sub(r"\$\$.*?\$\$|\$[^$\n]*\$|`[^`\n]*`|\]\([^)]*\)", " ", msgid, flags=re.DOTALL)
+    prose = re.sub(r"`[^`]*`", " ", msgid)
+    prose = re.sub(r"\$\$.*?\$\$|\$[^$]*\$|\]\([^)]*\)", " ", prose, flags=re.DOTALL)
     for term, chinese_term in terms.items():
         if _term_pattern(term).search(prose) and chinese_term not in msgstr:
             problems.append(f"the English says {term!r}: the translation must use {chinese_term!r}")

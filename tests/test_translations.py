@@ -1,0 +1,227 @@
+"""The Chinese edition cannot drift from the English: every paragraph translated and current, the
+Chinese notebooks exactly what the catalogues give, their code and outputs the English ones, and
+each translation keeping the math, code, links, numbers and glossary terms of its English."""
+
+import json
+import pathlib
+import re
+import shutil
+
+import pytest
+
+import exercise_authoring as authoring
+from exercise_authoring import translation
+from exercise_authoring.copies import notebook_text, source_of
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+TRANSLATE = "python -m exercise_authoring translate notebooks/*.ipynb"
+
+
+def load(path):
+    return json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+
+
+def not_ready(po_path):
+    """The entries of a catalogue a reader would get in English: untranslated or fuzzy."""
+    return [("fuzzy: " if m.string else "untranslated: ") + m.id[:70]
+            for m in translation.read_catalogue(po_path) if m.id and (not m.string or m.fuzzy)]
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_paragraph_is_translated_and_none_is_fuzzy(notebook):
+    po = translation.catalogue_path(notebook)
+    assert po.exists(), f"{po.relative_to(ROOT)} is missing: run {TRANSLATE}"
+    missing = not_ready(po)
+    assert not missing, (f"{po.relative_to(ROOT)}: {len(missing)} entries a Chinese reader would "
+                         f"read in English; translate their msgstr (and remove 'fuzzy'), then run "
+                         f"{TRANSLATE}:\n" + "\n".join(missing[:10]))
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_catalogue_and_chinese_notebook_are_what_the_command_writes(notebook):
+    english = load(notebook)
+    po, target = translation.catalogue_path(notebook), translation.translation_path(notebook)
+    committed = po.read_text(encoding="utf-8")
+    assert translation.update_catalogue(notebook, english, committed) == committed, (
+        f"{po.relative_to(ROOT)} is stale (the English changed): run {TRANSLATE}")
+    assert target.exists(), f"{target.relative_to(ROOT)} is missing: run {TRANSLATE}"
+    assert target.read_text(encoding="utf-8") == notebook_text(
+        translation.translated_notebook(notebook, english, committed)), (
+        f"{target.relative_to(ROOT)} is not what the catalogue gives (edited by hand, or stale): "
+        f"run {TRANSLATE}")
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_chinese_notebook_has_the_english_code_outputs_and_cells(notebook):
+    """Checked cell by cell, not through the command: the Chinese notebook adds no nbval time
+    because its code is the English code, run and checked there."""
+    english, chinese = load(notebook), load(translation.translation_path(notebook))
+    assert [c["cell_type"] for c in chinese["cells"]] == [c["cell_type"] for c in english["cells"]]
+    for index, (en, zh) in enumerate(zip(english["cells"], chinese["cells"])):
+        if en["cell_type"] == "code":
+            assert zh == en, f"{notebook.name}, cell {index}: the Chinese edition's code cell differs"
+        else:
+            assert zh["metadata"] == en["metadata"], f"{notebook.name}, cell {index}: metadata differs"
+            for marker in ("BEGIN SOLUTION", "END SOLUTION", "<details>", "</details>"):
+                assert source_of(zh).count(marker) == source_of(en).count(marker), (
+                    f"{notebook.name}, cell {index}: {marker!r} count differs")
+    assert {k: v for k, v in chinese["metadata"].items() if k != "language"} == english["metadata"]
+    assert chinese["metadata"]["language"] == "zh-CN"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_translations_keep_math_code_links_numbers_emphasis_and_glossary_terms(notebook):
+    problems = translation.translation_report(notebook)
+    assert not problems, f"{notebook.name}: {len(problems)} translations lose what their English " \
+                         f"keeps:\n" + "\n".join(problems[:10])
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_each_edition_links_the_other_and_every_link_resolves(notebook):
+    chinese_path = translation.translation_path(notebook)
+    english, chinese = load(notebook), load(chinese_path)
+    assert f"[中文版](zh-CN/{notebook.name})" in source_of(english["cells"][0])
+    assert f"/blob/main/notebooks/zh-CN/{notebook.name})" in source_of(english["cells"][0])
+    assert f"[English](../{notebook.name})" in source_of(chinese["cells"][0])
+    assert f"/blob/main/notebooks/{notebook.name})" in source_of(chinese["cells"][0])
+    for path, nb in ((notebook, english), (chinese_path, chinese)):
+        for cell in nb["cells"]:
+            if cell["cell_type"] != "markdown":
+                continue
+            for target in re.findall(r"\]\(([^)\s]+)\)", source_of(cell)):
+                if re.match(r"[a-z]+:|#", target):
+                    continue
+                assert (path.parent / target.split("#")[0]).exists(), (
+                    f"{path.relative_to(ROOT)} links {target}, which does not exist")
+
+
+def test_a_catalogue_of_the_english_gives_back_the_english_notebook():
+    """The cutting into blocks and the putting back lose nothing: with each entry 'translated'
+    as its own English, every cell comes back as it was, but the edition line."""
+    from babel.messages.pofile import write_po
+    import io
+
+    for notebook in NOTEBOOKS:
+        english = load(notebook)
+        catalogue = translation.read_catalogue(translation.catalogue_path(notebook))
+        for message in catalogue:
+            if message.id:
+                message.string, message.flags = message.id, set()
+        out = io.BytesIO()
+        write_po(out, catalogue, width=0)
+        same = translation.translated_notebook(notebook, english, out.getvalue().decode("utf-8"))
+        differ = [i for i, (a, b) in enumerate(zip(english["cells"], same["cells"]))
+                  if source_of(a) != source_of(b)]
+        assert differ == [0], f"{notebook.name}: cells {differ} changed"
+        assert source_of(same["cells"][0]).replace(
+            translation.edition_line(notebook, "zh"), translation.edition_line(notebook, "en")
+        ) == source_of(english["cells"][0])
+
+
+def test_a_changed_english_paragraph_fails_the_tests_until_it_is_translated_again(tmp_path):
+    notebook = NOTEBOOKS[2]
+    project = tmp_path / "course"
+    (project / "notebooks").mkdir(parents=True)
+    shutil.copy(ROOT / "pyproject.toml", project / "pyproject.toml")
+    shutil.copytree(ROOT / "locale", project / "locale")
+    english = load(notebook)
+    cell = next(c for c in english["cells"][3:] if c["cell_type"] == "markdown"
+                and any(b.text and "\n" in b.text for b in translation.blocks(source_of(c))))
+    block = next(b for b in translation.blocks(source_of(cell)) if b.text and "\n" in b.text)
+    old = block.text
+    new = old.replace(" the ", " that ", 1)
+    assert new != old
+    cell["source"] = source_of(cell).replace(old, new, 1)
+    copy = project / "notebooks" / notebook.name
+    copy.write_text(notebook_text(english), encoding="utf-8")
+    po = translation.catalogue_path(copy)
+    assert po.parent.is_relative_to(project)
+    old_translation = next(m.string for m in translation.read_catalogue(po) if m.id == old)
+
+    assert authoring.main(["translate", "--check", str(copy)]) == 1  # stale
+    assert not_ready(po) == []
+    assert authoring.main(["translate", str(copy)]) == 0
+    fuzzy = [m for m in translation.read_catalogue(po) if m.fuzzy]
+    assert [m.id for m in fuzzy] == [new]
+    assert fuzzy[0].string == old_translation  # the old translation kept for the translator
+    assert not_ready(po) == ["fuzzy: " + new[:70]]
+    written = load(translation.translation_path(copy))
+    assert any(new.split("\n")[0] in source_of(c) for c in written["cells"]), (
+        "a fuzzy entry shows the new English in the Chinese notebook")
+    assert authoring.main(["translate", "--check", str(copy)]) == 1  # fuzzy
+
+    # The translator updates the entry: the tests pass again.
+    text = po.read_text(encoding="utf-8").replace("#, fuzzy\n", "", 1)
+    text = re.sub(r"#\| msgid .*?\n(?=msgid)", "", text, flags=re.DOTALL)
+    po.write_text(text, encoding="utf-8")
+    assert not_ready(po) == []
+    assert authoring.main(["translate", str(copy)]) == 0
+    assert authoring.main(["translate", "--check", str(copy)]) == 0
+
+    # A Chinese notebook edited by hand is stale.
+    target = translation.translation_path(copy)
+    target.write_text(target.read_text(encoding="utf-8").replace("。", ".", 1), encoding="utf-8")
+    assert authoring.main(["translate", "--check", str(copy)]) == 1
+
+
+@pytest.mark.parametrize("english, chinese, problem", [
+    ("Divide by $\\sqrt{d}$.", "除以 $\\sqrt{d}$。", None),
+    ("Divide by $\\sqrt{d}$.", "除以根号 d。", "math '$\\\\sqrt{d}$'"),
+    ("Call `d2lh.masked_softmax`.", "调用 d2lh.masked_softmax。", "code '`d2lh.masked_softmax`'"),
+    ("See [notebook 05](05_x.ipynb).", "见[笔记本 05](06_x.ipynb)。", "target '](05_x.ipynb)'"),
+    ("It takes 12 steps.", "它需要十二步。", "number '12'"),
+    ("This is the **scoring function (a)**.", "这是**评分函数（a）**。", None),
+    ("This is **(a)** here.", "这是**（a）**的。", "rendered 'strong_open'"),
+    ("Each query picks.", "每个问题挑选。", "'query': the translation must use '查询'"),
+    ("Masked positions get 0.", "被掩码的位置为 0。", "'mask': the translation must use '掩蔽'"),
+    ("Summary", "小\n结", "one line"),
+    ("An image: ![a diagram](data:…)", "一幅图：![示意图](data:…)", None),
+])
+def test_entry_problems_name_what_a_translation_lost(english, chinese, problem):
+    problems = translation.entry_problems(english, chinese, translation.glossary())
+    if problem is None:
+        assert problems == []
+    else:
+        assert any(problem in p for p in problems), problems
+
+
+def test_blocks_cut_a_cell_as_a_markdown_parser_does():
+    cell = ("## 2. A heading\n\nA paragraph\nof two lines.\n\n- an item\n  continued\n- another\n"
+            "  - nested\n\n1. first\n2. second\n\n| name | shape |\n|---|---|\n| x | 2 |\n\n"
+            "<!-- BEGIN SOLUTION -->\n<details><summary>Answer</summary>\n\n$$x = 1$$")
+    found = [(b.prefix, b.text) for b in translation.blocks(cell)]
+    assert found == [
+        ("## ", "2. A heading"), ("", "A paragraph\nof two lines."),
+        ("- ", "an item\ncontinued"), ("- ", "another\n- nested"),
+        ("1. ", "first"), ("2. ", "second"), ("", "| name | shape |\n|---|---|\n| x | 2 |"),
+        ("", None), ("", "<details><summary>Answer</summary>"), ("", None)]
+
+
+def test_the_course_glossary_is_the_syllabus_glossary_and_the_readmes_table():
+    syllabus = (ROOT.parent / "shared" / "SYLLABUS.md")
+    terms = translation.glossary()
+    assert terms["query"] == "查询" and terms["mask"] == "掩蔽" and len(terms) >= 17
+    if syllabus.exists():  # the syllabus lies beside the repository on the course's machines
+        for english, chinese in re.findall(r"([a-z][a-z -]+?) ([\u4e00-\u9fff][^\s,)]*)",
+                                           syllabus.read_text(encoding="utf-8").split("## 01")[0]):
+            assert terms.get(english.strip()) == chinese, (english, chinese)
+
+
+def test_the_readmes_name_each_other_and_the_chinese_readme_lists_every_chinese_notebook():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    chinese = (ROOT / "README.zh-CN.md").read_text(encoding="utf-8")
+    assert "(README.zh-CN.md)" in "\n".join(readme.splitlines()[:4]), (
+        "README.md names the Chinese edition in its first lines")
+    assert "(README.md)" in "\n".join(chinese.splitlines()[:4])
+    commands = re.findall(r"```bash\n(.*?)\n```", readme, flags=re.DOTALL)[:2]
+    for command in commands:
+        assert f"```bash\n{command}\n```" in chinese, f"README.zh-CN.md lacks {command!r}"
+    repository = authoring.find_project(ROOT).repository.removeprefix("https://github.com/")
+    for notebook in NOTEBOOKS:
+        assert f"(notebooks/zh-CN/{notebook.name})" in chinese
+        assert (f"(https://colab.research.google.com/github/{repository}/blob/main/notebooks/"
+                f"zh-CN/{notebook.name})") in chinese
+    for target in re.findall(r"\]\(([^)\s]+)\)", chinese):
+        if not re.match(r"[a-z]+:|#", target):
+            assert (ROOT / target.split("#")[0]).exists(), f"README.zh-CN.md links {target}"
