@@ -42,6 +42,7 @@ __all__ = [
     "LOCALE",
     "Block",
     "blocks",
+    "catalogue_entries",
     "catalogue_path",
     "edition_line",
     "entry_problems",
@@ -177,12 +178,24 @@ def read_catalogue(path: Path):
 
 
 def _catalogue_text(catalogue) -> str:
+    """A catalogue as its .po text. Babel writes it; polib writes the previous English of a fuzzy
+    entry (``#| msgid``), which Babel 2.19 wraps into lines gettext's tools cannot read."""
+    import polib
     from babel.messages.pofile import write_po
 
     out = io.BytesIO()
-    write_po(out, catalogue, width=0, ignore_obsolete=True, include_previous=True,
+    write_po(out, catalogue, width=0, ignore_obsolete=True, include_previous=False,
              sort_output=False)
-    return out.getvalue().decode("utf-8")
+    po = polib.pofile(out.getvalue().decode("utf-8"), wrapwidth=0)
+    po.metadata.pop("Generated-By", None)  # the Babel version: not the catalogue's business
+    previous = {m.id: m.previous_id[0] for m in catalogue if m.id and m.fuzzy and m.previous_id}
+    for entry in po:
+        if entry.msgid in previous:
+            entry.previous_msgid = previous[entry.msgid]
+        # prose, not format strings: Babel flags any "50% of" or "{d}" as python-format, and
+        # gettext's checker (msgfmt -c) then rejects a translation that moves them
+        entry.flags = [flag for flag in entry.flags if not flag.endswith("-format")]
+    return str(po)
 
 
 def update_catalogue(notebook_path: Path, notebook: dict, old_text: str | None) -> str:
@@ -198,6 +211,8 @@ def update_catalogue(notebook_path: Path, notebook: dict, old_text: str | None) 
         return Catalog(locale=LOCALE, project="attention-course", version=project.version,
                        creation_date=_FIXED_DATE, revision_date=_FIXED_DATE, fuzzy=False,
                        copyright_holder="the course's authors",
+                       last_translator="the course's translators",
+                       language_team="the course's translators",
                        msgid_bugs_address=project.repository + "/issues")
 
     template = new_catalogue()
@@ -211,11 +226,22 @@ def update_catalogue(notebook_path: Path, notebook: dict, old_text: str | None) 
     else:
         catalogue = read_po(io.BytesIO(old_text.encode("utf-8")), locale=LOCALE)
         catalogue.fuzzy = False
+        catalogue.last_translator = catalogue.language_team = "the course's translators"
+    # the previous English of an entry already fuzzy (Babel's merge keeps it only for the entries
+    # it marks fuzzy now)
+    # (read by polib: Babel 2.19 does not read a previous English of several lines)
+    import polib
+
+    previous = {} if old_text is None else {
+        e.msgid: [e.previous_msgid] for e in polib.pofile(old_text, wrapwidth=0)
+        if e.fuzzy and e.previous_msgid}
     catalogue.update(template, no_fuzzy_matching=False, update_header_comment=False,
                      keep_user_comments=True, update_creation_date=False)
     for message in catalogue:
         if message.id and not message.string:
             message.flags.discard("fuzzy")
+        if message.id and message.fuzzy and not message.previous_id and message.id in previous:
+            message.previous_id = previous[message.id]
     catalogue.header_comment = ("# Chinese edition of the course's notebook "
                                 f"{Path(notebook_path).name}.\n"
                                 "# Written by `python -m exercise_authoring translate`; "
@@ -311,13 +337,23 @@ def translate_notebooks(paths, write: bool = True) -> list[dict]:
             "notebook": path, "catalogue": po, "translation": target, "entries": len(entries),
             "untranslated": sum(not m.string for m in entries),
             "fuzzy": sum(bool(m.string) and m.fuzzy for m in entries),
-            "changed": old != text or old_nb != translated})
+            "changed": old is None or catalogue_entries(old) != catalogue_entries(text)
+                       or old_nb != translated})
         if write:
             po.parent.mkdir(parents=True, exist_ok=True)
             po.write_text(text, encoding="utf-8")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(translated, encoding="utf-8")
     return summaries
+
+
+def catalogue_entries(text: str) -> list[tuple]:
+    """A catalogue's entries as compared for staleness (not its layout, which the versions of
+    Babel and polib may change): English, Chinese, flags, previous English, where."""
+    import polib
+
+    return [(e.msgid, e.msgstr, sorted(e.flags), e.previous_msgid, e.occurrences)
+            for e in polib.pofile(text, wrapwidth=0)]
 
 
 def read_catalogue_text(text: str):

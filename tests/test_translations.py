@@ -3,9 +3,11 @@ Chinese notebooks exactly what the catalogues give, their code and outputs the E
 each translation keeping the math, code, links, numbers and glossary terms of its English."""
 
 import json
+import os
 import pathlib
 import re
 import shutil
+import subprocess
 
 import pytest
 
@@ -43,7 +45,8 @@ def test_catalogue_and_chinese_notebook_are_what_the_command_writes(notebook):
     english = load(notebook)
     po, target = translation.catalogue_path(notebook), translation.translation_path(notebook)
     committed = po.read_text(encoding="utf-8")
-    assert translation.update_catalogue(notebook, english, committed) == committed, (
+    merged = translation.update_catalogue(notebook, english, committed)
+    assert translation.catalogue_entries(merged) == translation.catalogue_entries(committed), (
         f"{po.relative_to(ROOT)} is stale (the English changed): run {TRANSLATE}")
     assert target.exists(), f"{target.relative_to(ROOT)} is missing: run {TRANSLATE}"
     assert target.read_text(encoding="utf-8") == notebook_text(
@@ -96,6 +99,23 @@ def test_each_edition_links_the_other_and_every_link_resolves(notebook):
                     f"{path.relative_to(ROOT)} links {target}, which does not exist")
 
 
+def test_catalogues_are_valid_for_gettexts_tools():
+    """What a translator opens them with (Poedit, Lokalize) is built on GNU gettext: polib reads
+    each catalogue, no entry is flagged as a format string (prose with "50%" is not one), and
+    where GNU gettext is installed, its checker passes."""
+    import polib
+
+    for notebook in NOTEBOOKS:
+        po = translation.catalogue_path(notebook)
+        flagged = [e.msgid[:40] for e in polib.pofile(str(po)) if
+                   any(flag.endswith("-format") for flag in e.flags)]
+        assert not flagged, f"{po.name}: entries flagged as format strings: {flagged}"
+        if shutil.which("msgfmt"):
+            result = subprocess.run(["msgfmt", "--check", "-o", os.devnull, str(po)],
+                                    capture_output=True, text=True)
+            assert result.returncode == 0, result.stderr
+
+
 def test_a_catalogue_of_the_english_gives_back_the_english_notebook():
     """The cutting into blocks and the putting back lose nothing: with each entry 'translated'
     as its own English, every cell comes back as it was, but the edition line."""
@@ -145,6 +165,11 @@ def test_a_changed_english_paragraph_fails_the_tests_until_it_is_translated_agai
     fuzzy = [m for m in translation.read_catalogue(po) if m.fuzzy]
     assert [m.id for m in fuzzy] == [new]
     assert fuzzy[0].string == old_translation  # the old translation kept for the translator
+    # and the old English, run after run, written as gettext's tools (Poedit, msgmerge) read it
+    assert authoring.main(["translate", str(copy)]) == 0
+    import polib
+
+    assert [e.previous_msgid for e in polib.pofile(str(po)) if e.fuzzy] == [old]
     assert not_ready(po) == ["fuzzy: " + new[:70]]
     written = load(translation.translation_path(copy))
     assert any(new.split("\n")[0] in source_of(c) for c in written["cells"]), (
@@ -152,9 +177,11 @@ def test_a_changed_english_paragraph_fails_the_tests_until_it_is_translated_agai
     assert authoring.main(["translate", "--check", str(copy)]) == 1  # fuzzy
 
     # The translator updates the entry: the tests pass again.
-    text = po.read_text(encoding="utf-8").replace("#, fuzzy\n", "", 1)
-    text = re.sub(r"#\| msgid .*?\n(?=msgid)", "", text, flags=re.DOTALL)
-    po.write_text(text, encoding="utf-8")
+    catalogue = polib.pofile(str(po), wrapwidth=0)
+    entry = next(e for e in catalogue if e.fuzzy)
+    entry.flags.remove("fuzzy")
+    entry.previous_msgid = None
+    catalogue.save()
     assert not_ready(po) == []
     assert authoring.main(["translate", str(copy)]) == 0
     assert authoring.main(["translate", "--check", str(copy)]) == 0
@@ -219,7 +246,10 @@ def test_the_readmes_name_each_other_and_the_chinese_readme_lists_every_chinese_
         assert f"```bash\n{command}\n```" in chinese, f"README.zh-CN.md lacks {command!r}"
     repository = authoring.find_project(ROOT).repository.removeprefix("https://github.com/")
     for notebook in NOTEBOOKS:
-        assert f"(notebooks/zh-CN/{notebook.name})" in chinese
+        title = source_of(load(translation.translation_path(notebook))["cells"][0]).splitlines()[0]
+        title = re.sub(r"^# \d\d\s+", "", title)
+        assert f"[{title}](notebooks/zh-CN/{notebook.name})" in chinese, (
+            f"README.zh-CN.md should link {notebook.name} by its Chinese title {title!r}")
         assert (f"(https://colab.research.google.com/github/{repository}/blob/main/notebooks/"
                 f"zh-CN/{notebook.name})") in chinese
     for target in re.findall(r"\]\(([^)\s]+)\)", chinese):
