@@ -28,7 +28,7 @@ Five commands, run from the repository's folder::
     python -m exercise_authoring copies notebooks/*.ipynb --out exercises/
     python -m exercise_authoring source notebooks/0[1-3]_*.ipynb --out source/attention/
     python -m exercise_authoring reading notebooks/*.ipynb
-    python -m exercise_authoring translate notebooks/*.ipynb
+    python -m exercise_authoring translate notebooks/*.ipynb exercises/README.md
 
 ``update`` rewrites, in place, each teaching notebook's setup cell (on Colab it installs
 d2lhelpers at the release tag of the package's version; anywhere it imports d2lhelpers), its
@@ -44,7 +44,8 @@ teaching notebook, current as ``update`` writes it, with the hidden tests in its
 ``translate`` keeps the Chinese edition in step (see ``translation``): it merges each notebook's
 English paragraphs into its gettext catalogue, ``locale/zh_CN/LC_MESSAGES/<notebook>.po`` (a
 changed paragraph keeps its old translation, marked fuzzy), and writes the Chinese notebooks,
-``notebooks/zh-CN/``, from the catalogues: the same cells, code and outputs.
+``notebooks/zh-CN/``, from the catalogues: the same cells, code and outputs; a markdown page
+(the instructor's guide) is translated the same way, into ``exercises/README.zh-CN.md``.
 
 Modules: ``project`` (address and version from pyproject.toml), ``copies``, ``nbgrader_metadata``,
 ``sources`` (the templates, ``update`` and ``source``), ``translation`` (the catalogues and the Chinese edition), ``grading`` (an nbgrader preprocessor; it
@@ -153,7 +154,8 @@ def main(argv=None) -> int:
         "translate", help="the Chinese edition: merge each notebook's English paragraphs into its "
                           "catalogue locale/zh_CN/LC_MESSAGES/<notebook>.po (a changed paragraph "
                           "becomes fuzzy) and write notebooks/zh-CN/<notebook>.ipynb")
-    translate.add_argument("notebooks", nargs="+", type=Path, help="English teaching notebooks")
+    translate.add_argument("notebooks", nargs="+", type=Path,
+                           help="English teaching notebooks, and markdown pages (exercises/README.md)")
     translate.add_argument("--check", action="store_true",
                            help="write nothing; exit 1 if a catalogue or Chinese notebook is "
                                 "stale, an entry untranslated or fuzzy, or a translation loses "

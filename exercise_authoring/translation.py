@@ -11,7 +11,9 @@ it fuzzy, so a translator sees what changed and nothing drifts silently.
 
 A Chinese notebook (``notebooks/zh-CN/<notebook>.ipynb``) is its English notebook with each
 translated block replaced: the same cells, the same code, the same stored outputs. Untranslated
-and fuzzy entries keep the English text there, and the tests fail on them.
+and fuzzy entries keep the English text there, and the tests fail on them. A markdown page (the
+instructor's guide, ``exercises/README.md``) is translated the same way, as a notebook of one
+markdown cell, into ``exercises/README.zh-CN.md``.
 
 What is not an entry: blocks with no words outside math, code, links' targets and HTML tags
 (``$$...$$``, ``<!-- BEGIN SOLUTION -->``), and the edition line under the title (the Colab badge
@@ -125,31 +127,63 @@ def blocks(markdown: str) -> list[Block]:
     return found
 
 
-def _is_edition_line(text: str) -> bool:
-    return BADGE.search(text) is not None
+# A markdown page's edition line (the English page writes it; the Chinese one is written here).
+_PAGE_EDITION = re.compile(r"English · \[中文\]\(([^)\s]+)\)")
 
 
-def extract(notebook: dict) -> list[tuple[str, int]]:
-    """The catalogue entries of a notebook: (msgid, cell index), in order, repeats included."""
+def _is_edition_line(text: str, page: bool = False) -> bool:
+    """Whether a block is the edition line: on a page, ``English · [中文](...)``; in a notebook,
+    one line starting with the Open-in-Colab badge."""
+    if page:
+        return _PAGE_EDITION.fullmatch(text) is not None
+    return "\n" not in text and BADGE.match(text) is not None
+
+
+def _is_page(path: Path) -> bool:
+    """A markdown page (the instructor's guide), translated as a notebook of one markdown cell."""
+    return Path(path).suffix == ".md"
+
+
+def _read_source(path: Path) -> dict:
+    """A notebook, or a markdown page as a notebook of one markdown cell."""
+    text = Path(path).read_text(encoding="utf-8")
+    if _is_page(path):
+        return {"cells": [{"cell_type": "markdown", "metadata": {}, "source": text}],
+                "metadata": {}}
+    return json.loads(text)
+
+
+def extract(notebook: dict, page: bool = False) -> list[tuple[str, int]]:
+    """The catalogue entries of a notebook (or of a markdown ``page`` read as one): (msgid, cell
+    index), in order, repeats included."""
     entries = []
     for index, cell in enumerate(notebook["cells"]):
         if cell["cell_type"] != "markdown":
             continue
         for block in blocks(source_of(cell)):
-            if block.text is not None and not _is_edition_line(block.text):
+            if block.text is not None and not _is_edition_line(block.text, page):
                 entries.append((block.text, index))
     return entries
 
 
 def catalogue_path(notebook_path: Path) -> Path:
-    """Where a notebook's catalogue lives: ``locale/zh_CN/LC_MESSAGES/<notebook>.po``."""
+    """Where a notebook's catalogue lives: ``locale/zh_CN/LC_MESSAGES/<notebook>.po``; a page's,
+    its path with ``-`` for ``/`` (``exercises/README.md``: ``exercises-README.po``)."""
     project = find_project(Path(notebook_path).parent)
-    return project.root / "locale" / LOCALE / "LC_MESSAGES" / (Path(notebook_path).stem + ".po")
+    name = Path(notebook_path).stem
+    if _is_page(notebook_path):
+        relative = Path(notebook_path).resolve().relative_to(project.root).with_suffix("")
+        name = "-".join(relative.parts)
+    return project.root / "locale" / LOCALE / "LC_MESSAGES" / (name + ".po")
 
 
 def translation_path(notebook_path: Path) -> Path:
-    """Where a notebook's Chinese edition lives: ``notebooks/zh-CN/<notebook>.ipynb``."""
-    return Path(notebook_path).parent / EDITION / Path(notebook_path).name
+    """Where a notebook's Chinese edition lives: ``notebooks/zh-CN/<notebook>.ipynb``; a page's,
+    beside it (``exercises/README.zh-CN.md``)."""
+    path = Path(notebook_path)
+    if _is_page(path):
+        return path.with_name(f"{path.stem}.{EDITION}.md")
+    return path.parent / EDITION / path.name
 
 
 def edition_line(notebook_path: Path, language: str) -> str:
@@ -216,7 +250,7 @@ def update_catalogue(notebook_path: Path, notebook: dict, old_text: str | None) 
                        msgid_bugs_address=project.repository + "/issues")
 
     template = new_catalogue()
-    for msgid, index in extract(notebook):
+    for msgid, index in extract(notebook, _is_page(notebook_path)):
         if msgid in template:
             template[msgid].locations.append((Path(notebook_path).name, index + 1))
         else:
@@ -271,12 +305,41 @@ def _relink(text: str) -> str:
     return re.sub(r"\]\(([^)\s]+)", fix, text)
 
 
+def _slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _relink_page(text: str, folder: Path, anchors: dict[str, str]) -> str:
+    """Links of a page's English block, made to lead a Chinese reader on: an anchor of the page
+    to its Chinese heading's, a page or folder with a Chinese edition (``X.zh-CN.md``,
+    ``folder/zh-CN``) to that edition."""
+
+    def fix(match):
+        target = match.group(1)
+        if target.startswith("#"):
+            return f"](#{anchors.get(target[1:], target[1:])}"
+        if re.match(r"[a-z]+:", target) or "#" in target:
+            return match.group(0)
+        path = Path(target)
+        for chinese in (path.with_name(f"{path.stem}.{EDITION}{path.suffix}"), path / EDITION):
+            if path.suffix in ("", ".md") and (folder / chinese).exists():
+                return f"]({chinese.as_posix()}"
+        return match.group(0)
+
+    return re.sub(r"\]\(([^)\s]+)", fix, text)
+
+
 def translated_notebook(notebook_path: Path, notebook: dict, catalogue_text: str) -> dict:
     """The Chinese edition of ``notebook``: each markdown block translated where the catalogue
     has a translation (not fuzzy), the edition line written for Chinese, code cells and outputs
     as they are."""
     translations = _translations(catalogue_text)
     notebook = copy.deepcopy(notebook)
+    page = _is_page(notebook_path)
+    anchors = {_slug(b.text): _slug(translations.get(b.text, b.text))
+               for cell in notebook["cells"] if page and cell["cell_type"] == "markdown"
+               for b in blocks(source_of(cell)) if b.text and b.prefix.startswith("#")}
     for cell in notebook["cells"]:
         if cell["cell_type"] != "markdown":
             continue
@@ -284,20 +347,24 @@ def translated_notebook(notebook_path: Path, notebook: dict, catalogue_text: str
         for block in reversed(blocks(source_of(cell))):
             if block.text is None:
                 continue
-            if _is_edition_line(block.text):
+            if _is_edition_line(block.text, page=True) and _is_page(notebook_path):
+                new = [f"[English]({Path(notebook_path).name}) · 中文"]
+            elif _is_edition_line(block.text) and not _is_page(notebook_path):
                 new = [edition_line(notebook_path, "zh")]
             else:
                 text = translations.get(block.text, block.text)
                 images = iter(_DATA_URI.findall("\n".join(lines[block.start:block.end])))
                 text = text.replace(IMAGE, "\0")
                 text = re.sub("\0", lambda _: next(images, IMAGE), text)
-                text = _relink(text)
+                text = (_relink_page(text, Path(notebook_path).parent, anchors) if page
+                        else _relink(text))
                 body = text.split("\n")
                 new = [block.prefix + body[0]] + [block.indent + line if line else line
                                                   for line in body[1:]]
             lines[block.start:block.end] = new
         cell["source"] = "\n".join(lines) + ("\n" if source_of(cell).endswith("\n") else "")
-    notebook["metadata"] = {**notebook["metadata"], "language": "zh-CN"}
+    if not _is_page(notebook_path):
+        notebook["metadata"] = {**notebook["metadata"], "language": "zh-CN"}
     return notebook
 
 
@@ -324,12 +391,14 @@ def translate_notebooks(paths, write: bool = True) -> list[dict]:
     the catalogue or the Chinese notebook changed."""
     summaries = []
     for path in map(Path, paths):
-        notebook = json.loads(path.read_text(encoding="utf-8"))
+        notebook = _read_source(path)
         po = catalogue_path(path)
         old = po.read_text(encoding="utf-8") if po.exists() else None
         text = update_catalogue(path, notebook, old)
         target = translation_path(path)
-        translated = notebook_text(translated_notebook(path, notebook, text))
+        translated = translated_notebook(path, notebook, text)
+        translated = (source_of(translated["cells"][0]) if _is_page(path)
+                      else notebook_text(translated))
         old_nb = target.read_text(encoding="utf-8") if target.exists() else None
         catalogue = read_catalogue_text(text)
         entries = [m for m in catalogue if m.id]
@@ -448,7 +517,7 @@ def entry_problems(msgid: str, msgstr: str, terms: dict[str, str]) -> list[str]:
 def translation_report(notebook_path: Path) -> list[str]:
     """Each problem of a notebook's catalogue as it is on disk, one line each: the cell, the start
     of the English, and what is wrong (see :func:`entry_problems`)."""
-    notebook = json.loads(Path(notebook_path).read_text(encoding="utf-8"))
+    notebook = _read_source(notebook_path)
     po = catalogue_path(notebook_path)
     if not po.exists():
         return [f"{po} does not exist"]

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
-import pytest
-import torch
+import os
+
+# pyproject.toml's addopts run the suite on two workers (pytest-xdist, each notebook on one
+# worker): each worker, and each notebook kernel it starts (which inherits this environment), then
+# uses one thread, so that the workers do not slow each other down. The stored outputs are one-
+# thread runs, and every assertion holds with one thread as with two (README, robustness).
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ["OMP_NUM_THREADS"] = "1"
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode
 
 aten = torch.ops.aten

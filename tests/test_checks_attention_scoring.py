@@ -163,10 +163,13 @@ def test_a_window_as_long_as_the_sequence_is_the_causal_mask():
 
 
 def test_sparsemax_sums_to_one_sharpens_with_scale_and_gives_exact_zeros():
-    scores = torch.randn(4, 3, 7, dtype=torch.float64)
+    scores = torch.randn(4, 3, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     weights = checks_attention_scoring._wrong_sparsemax(scores)
     torch.testing.assert_close(weights.sum(-1), torch.ones(4, 3, dtype=torch.float64))
     assert (weights >= 0).all()
-    sharp = checks_attention_scoring._wrong_sparsemax(100 * scores)
+    # sparsemax keeps one key alone once the top score leads the second by at least 1
+    top2 = scores.topk(2, dim=-1).values
+    scale = 2 / (top2[..., 0] - top2[..., 1]).min()
+    sharp = checks_attention_scoring._wrong_sparsemax(scale * scores)
     assert ((sharp > 0).sum(-1) == 1).all()  # one key keeps all the weight
     torch.testing.assert_close(checks_attention_scoring._wrong_sparsemax(scores + 3.0), weights)

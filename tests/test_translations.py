@@ -17,7 +17,9 @@ from exercise_authoring.copies import notebook_text, source_of
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-TRANSLATE = "python -m exercise_authoring translate notebooks/*.ipynb"
+GUIDE = ROOT / "exercises" / "README.md"  # the instructor's guide, a markdown page
+SOURCES = [*NOTEBOOKS, GUIDE]
+TRANSLATE = "python -m exercise_authoring translate notebooks/*.ipynb exercises/README.md"
 
 
 def load(path):
@@ -30,7 +32,7 @@ def not_ready(po_path):
             for m in translation.read_catalogue(po_path) if m.id and (not m.string or m.fuzzy)]
 
 
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("notebook", SOURCES, ids=lambda p: p.name)
 def test_every_paragraph_is_translated_and_none_is_fuzzy(notebook):
     po = translation.catalogue_path(notebook)
     assert po.exists(), f"{po.relative_to(ROOT)} is missing: run {TRANSLATE}"
@@ -73,7 +75,7 @@ def test_chinese_notebook_has_the_english_code_outputs_and_cells(notebook):
     assert chinese["metadata"]["language"] == "zh-CN"
 
 
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("notebook", SOURCES, ids=lambda p: p.name)
 def test_translations_keep_math_code_links_numbers_emphasis_and_glossary_terms(notebook):
     problems = translation.translation_report(notebook)
     assert not problems, f"{notebook.name}: {len(problems)} translations lose what their English " \
@@ -105,7 +107,7 @@ def test_catalogues_are_valid_for_gettexts_tools():
     where GNU gettext is installed, its checker passes."""
     import polib
 
-    for notebook in NOTEBOOKS:
+    for notebook in SOURCES:
         po = translation.catalogue_path(notebook)
         flagged = [e.msgid[:40] for e in polib.pofile(str(po)) if
                    any(flag.endswith("-format") for flag in e.flags)]
@@ -114,6 +116,29 @@ def test_catalogues_are_valid_for_gettexts_tools():
             result = subprocess.run(["msgfmt", "--check", "-o", os.devnull, str(po)],
                                     capture_output=True, text=True)
             assert result.returncode == 0, result.stderr
+
+
+def test_the_chinese_guide_is_what_the_command_writes_and_its_links_resolve():
+    po, target = translation.catalogue_path(GUIDE), translation.translation_path(GUIDE)
+    assert (po.name, target.name) == ("exercises-README.po", "README.zh-CN.md")
+    english = translation._read_source(GUIDE)
+    committed = po.read_text(encoding="utf-8")
+    merged = translation.update_catalogue(GUIDE, english, committed)
+    assert translation.catalogue_entries(merged) == translation.catalogue_entries(committed), (
+        f"{po.relative_to(ROOT)} is stale: run {TRANSLATE}")
+    expected = source_of(translation.translated_notebook(GUIDE, english, committed)["cells"][0])
+    assert target.read_text(encoding="utf-8") == expected, f"{target.name} is stale: run {TRANSLATE}"
+    assert "English · [中文](README.zh-CN.md)" in GUIDE.read_text(encoding="utf-8")
+    chinese = target.read_text(encoding="utf-8")
+    assert "[English](README.md) · 中文" in chinese
+    headings = {translation._slug(line.lstrip("#")) for line in chinese.splitlines()
+                if line.startswith("#")}
+    for link in re.findall(r"\]\(([^)\s]+)\)", chinese):
+        if link.startswith("#"):
+            assert link[1:] in headings, f"{target.name} links {link}, a heading it lacks"
+        elif not re.match(r"[a-z]+:", link):
+            assert (target.parent / link.split("#")[0]).exists(), f"{target.name} links {link}"
+    assert "](../README.zh-CN.md)" in chinese, "the Chinese guide leads to the Chinese README"
 
 
 def test_a_catalogue_of_the_english_gives_back_the_english_notebook():
