@@ -22,6 +22,7 @@ from .copies import (
     COLLAPSE_TAG,
     END_ANSWER,
     END_HIDDEN_TESTS,
+    OTHER_EDITION,
     collapse,
     source_of,
 )
@@ -164,9 +165,12 @@ def nbgrader_source_notebook(notebook: dict, project: Project) -> dict:
     """nbgrader's source notebook of the teaching notebook ``notebook``: the notebook as ``update``
     writes it, with the hidden tests (:func:`hidden_tests_source`) below the calls of every check
     cell. nbgrader records these cells, hidden tests included, when it generates the assignment,
-    releases them without the hidden tests, and grades with the recorded cells."""
+    releases them without the hidden tests, and grades with the recorded cells. The link to the
+    Chinese edition is dropped (it would open the solutions), as in the student copies."""
     notebook = updated_notebook(notebook, project)
     for cell in notebook["cells"]:
+        if cell["cell_type"] == "markdown":  # no link to the Chinese edition, with its solutions
+            cell["source"] = OTHER_EDITION.sub("", source_of(cell))
         if cell["cell_type"] == "code" and (nbgrader_role(cell) or ("",))[0] == "check":
             source = source_of(cell)
             cell["source"] = source + "\n" + hidden_tests_source(check_calls(source))

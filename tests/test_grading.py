@@ -61,6 +61,9 @@ def test_the_released_notebook_has_the_cells_of_our_student_copy_but_for_the_bad
     copy = authoring.student_notebook(nbformat.read(NOTEBOOK, as_version=4), colab_url="copy")
     assert [cell.source for cell in release.cells[1:]] == [cell.source for cell in copy["cells"][1:]]
     assert "](copy)" in copy["cells"][0]["source"] and "](copy)" not in release.cells[0].source
+    # the link to the Chinese edition, which would open the solutions, is in neither
+    assert "中文版" not in release.cells[0].source and "中文版" not in copy["cells"][0]["source"]
+    assert "中文版" in nbformat.read(NOTEBOOK, as_version=4).cells[0].source
 
 
 @pytest.mark.parametrize("kind", round_trip.SUBMISSIONS)
