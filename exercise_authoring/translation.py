@@ -65,6 +65,11 @@ _DATA_URI = re.compile(r"data:[^)\s]+")
 # The edition line: the Colab badge, then the link to the other edition.
 _OTHER_EDITION = {"en": ("中文版", "在 Colab 中打开"), "zh": ("English", "on Colab")}
 _FIXED_DATE = datetime.datetime(2026, 11, 27, tzinfo=datetime.timezone.utc)
+# What a translation keeps as it is (code and math may run over a line break).
+_CODE = re.compile(r"`[^`]*`")
+_MATH = re.compile(r"\$\$.*?\$\$|\$[^$]*\$", re.DOTALL)
+_TARGET = re.compile(r"\]\([^)\s]*\)")
+_TAG = re.compile(r"<!--.*?-->|</?[a-zA-Z][^>]*>", re.DOTALL)
 
 
 def _markdown():
@@ -88,10 +93,8 @@ class Block:
 
 def _translatable(text: str) -> bool:
     """Whether words remain outside math, inline code, link targets and HTML tags or comments."""
-    text = re.sub(r"\$\$.*?\$\$|\$[^$]*\$", " ", text, flags=re.DOTALL)
-    text = re.sub(r"`[^`]*`", " ", text)
-    text = re.sub(r"\]\([^)]*\)", "]", text)
-    text = re.sub(r"<!--.*?-->|<[^>]*>", " ", text, flags=re.DOTALL)
+    for pattern in (_CODE, _MATH, _TARGET, _TAG):
+        text = pattern.sub(" ", text)
     return re.search(r"[A-Za-z]{2,}", text) is not None
 
 
@@ -204,23 +207,23 @@ def edition_line(notebook_path: Path, language: str) -> str:
             f"([{on_colab}]({colab(there)}))")
 
 
-def read_catalogue(path: Path):
-    from babel.messages.pofile import read_po
+def read_catalogue(catalogue):
+    """A catalogue (its path, or its text) as polib reads it: entries with ``msgid``, ``msgstr``,
+    ``fuzzy``, ``previous_msgid``, ``occurrences``. (Babel merges; polib reads and writes.)"""
+    import polib
 
-    with open(path, "rb") as f:
-        return read_po(f, locale=LOCALE)
+    return polib.pofile(str(catalogue), wrapwidth=0)
 
 
 def _catalogue_text(catalogue) -> str:
     """A catalogue as its .po text. Babel writes it; polib writes the previous English of a fuzzy
     entry (``#| msgid``), which Babel 2.19 wraps into lines gettext's tools cannot read."""
-    import polib
     from babel.messages.pofile import write_po
 
     out = io.BytesIO()
     write_po(out, catalogue, width=0, ignore_obsolete=True, include_previous=False,
              sort_output=False)
-    po = polib.pofile(out.getvalue().decode("utf-8"), wrapwidth=0)
+    po = read_catalogue(out.getvalue().decode("utf-8"))
     po.metadata.pop("Generated-By", None)  # the Babel version: not the catalogue's business
     previous = {m.id: m.previous_id[0] for m in catalogue if m.id and m.fuzzy and m.previous_id}
     for entry in po:
@@ -264,10 +267,8 @@ def update_catalogue(notebook_path: Path, notebook: dict, old_text: str | None) 
     # the previous English of an entry already fuzzy (Babel's merge keeps it only for the entries
     # it marks fuzzy now)
     # (read by polib: Babel 2.19 does not read a previous English of several lines)
-    import polib
-
     previous = {} if old_text is None else {
-        e.msgid: [e.previous_msgid] for e in polib.pofile(old_text, wrapwidth=0)
+        e.msgid: [e.previous_msgid] for e in read_catalogue(old_text)
         if e.fuzzy and e.previous_msgid}
     catalogue.update(template, no_fuzzy_matching=False, update_header_comment=False,
                      keep_user_comments=True, update_creation_date=False)
@@ -285,11 +286,8 @@ def update_catalogue(notebook_path: Path, notebook: dict, old_text: str | None) 
 
 def _translations(catalogue_text: str) -> dict[str, str]:
     """msgid -> msgstr of the entries translated and not fuzzy."""
-    from babel.messages.pofile import read_po
-
-    catalogue = read_po(io.BytesIO(catalogue_text.encode("utf-8")), locale=LOCALE)
-    return {m.id: m.string for m in catalogue
-            if m.id and m.string and not m.fuzzy}
+    return {e.msgid: e.msgstr for e in read_catalogue(catalogue_text)
+            if e.msgid and e.msgstr and not e.fuzzy}
 
 
 def _relink(text: str) -> str:
@@ -400,12 +398,11 @@ def translate_notebooks(paths, write: bool = True) -> list[dict]:
         translated = (source_of(translated["cells"][0]) if _is_page(path)
                       else notebook_text(translated))
         old_nb = target.read_text(encoding="utf-8") if target.exists() else None
-        catalogue = read_catalogue_text(text)
-        entries = [m for m in catalogue if m.id]
+        entries = list(read_catalogue(text))
         summaries.append({
             "notebook": path, "catalogue": po, "translation": target, "entries": len(entries),
-            "untranslated": sum(not m.string for m in entries),
-            "fuzzy": sum(bool(m.string) and m.fuzzy for m in entries),
+            "untranslated": sum(not e.msgstr for e in entries),
+            "fuzzy": sum(bool(e.msgstr) and e.fuzzy for e in entries),
             "changed": old is None or catalogue_entries(old) != catalogue_entries(text)
                        or old_nb != translated})
         if write:
@@ -419,16 +416,8 @@ def translate_notebooks(paths, write: bool = True) -> list[dict]:
 def catalogue_entries(text: str) -> list[tuple]:
     """A catalogue's entries as compared for staleness (not its layout, which the versions of
     Babel and polib may change): English, Chinese, flags, previous English, where."""
-    import polib
-
     return [(e.msgid, e.msgstr, sorted(e.flags), e.previous_msgid, e.occurrences)
-            for e in polib.pofile(text, wrapwidth=0)]
-
-
-def read_catalogue_text(text: str):
-    from babel.messages.pofile import read_po
-
-    return read_po(io.BytesIO(text.encode("utf-8")), locale=LOCALE)
+            for e in read_catalogue(text)]
 
 
 # --- what a translation must keep -------------------------------------------------------------
@@ -439,11 +428,10 @@ def _inline(text: str) -> Counter:
     and math may run over a line break (whitespace inside them is compared as one space)."""
     kept = Counter()
     rest = text
-    for kind, pattern in (("code", r"`[^`]*`"), ("math", r"\$\$.*?\$\$|\$[^$]*\$"),
-                          ("target", r"\]\([^)\s]*\)"), ("tag", r"<!--.*?-->|</?[a-zA-Z][^>]*>")):
-        for found in re.findall(pattern, rest, flags=re.DOTALL):
+    for kind, pattern in (("code", _CODE), ("math", _MATH), ("target", _TARGET), ("tag", _TAG)):
+        for found in pattern.findall(rest):
             kept[(kind, re.sub(r"\s+", " ", found))] += 1
-        rest = re.sub(pattern, " X ", rest, flags=re.DOTALL)
+        rest = pattern.sub(" X ", rest)
     # (a number before thousand, million or billion is said another way in Chinese: 7 billion
     # is 70 亿, so it is not compared)
     rest = re.sub(r"\d+(?:\.\d+)?\s+(?:thousand|million|billion|trillion)\b", " ", rest,
@@ -452,8 +440,8 @@ def _inline(text: str) -> Counter:
         kept[("number", number)] += 1
     # emphasis and links as a renderer sees them, with math taken out first (markdown-it does not
     # know math: the underscores of $h_t$ and $h_{t-1}$ would read as emphasis)
-    plain = re.sub(r"\$\$.*?\$\$|\$[^$]*\$", "M", text, flags=re.DOTALL)
-    rendered = Counter(t.type for token in _markdown().parse(plain) for t in (token.children or [])
+    rendered = Counter(t.type for token in _markdown().parse(_MATH.sub("M", text))
+                       for t in (token.children or [])
                        if t.type in ("strong_open", "em_open", "link_open", "image",
                                      "code_inline"))
     for kind, count in rendered.items():
@@ -506,8 +494,9 @@ def entry_problems(msgid: str, msgstr: str, terms: dict[str, str]) -> list[str]:
     if "\n" not in msgid and "\n" in msgstr:
         problems.append("the English is one line (a heading, a short item): so must the "
                         "translation be")
-    prose = re.sub(r"`[^`]*`", " ", msgid)
-    prose = re.sub(r"\$\$.*?\$\$|\$[^$]*\$|\]\([^)]*\)", " ", prose, flags=re.DOTALL)
+    prose = msgid
+    for pattern in (_CODE, _MATH, _TARGET):
+        prose = pattern.sub(" ", prose)
     for term, chinese_term in terms.items():
         if _term_pattern(term).search(prose) and chinese_term not in msgstr:
             problems.append(f"the English says {term!r}: the translation must use {chinese_term!r}")
@@ -523,10 +512,10 @@ def translation_report(notebook_path: Path) -> list[str]:
         return [f"{po} does not exist"]
     terms = glossary(notebook)
     lines = []
-    for message in read_catalogue(po):
-        if not message.id or not message.string or message.fuzzy:
+    for entry in read_catalogue(po):
+        if not entry.msgstr or entry.fuzzy:
             continue
-        for problem in entry_problems(message.id, message.string, terms):
-            where = ", ".join(f"cell {line}" for _, line in message.locations[:3])
-            lines.append(f"{where}: {message.id[:50]!r}...: {problem}")
+        for problem in entry_problems(entry.msgid, entry.msgstr, terms):
+            where = ", ".join(f"cell {line}" for _, line in entry.occurrences[:3])
+            lines.append(f"{where}: {entry.msgid[:50]!r}...: {problem}")
     return lines

@@ -26,10 +26,17 @@ def load(path):
     return json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
 
 
+def unresolved(page, text):
+    """The relative link targets of ``text`` (markdown at ``page``) that lead nowhere."""
+    targets = [t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", text)
+               if not re.match(r"[a-z]+:|#", t)]
+    return [t for t in targets if not (pathlib.Path(page).parent / t).exists()]
+
+
 def not_ready(po_path):
     """The entries of a catalogue a reader would get in English: untranslated or fuzzy."""
-    return [("fuzzy: " if m.string else "untranslated: ") + m.id[:70]
-            for m in translation.read_catalogue(po_path) if m.id and (not m.string or m.fuzzy)]
+    return [("fuzzy: " if e.msgstr else "untranslated: ") + e.msgid[:70]
+            for e in translation.read_catalogue(po_path) if not e.msgstr or e.fuzzy]
 
 
 @pytest.mark.parametrize("notebook", SOURCES, ids=lambda p: p.name)
@@ -91,25 +98,17 @@ def test_each_edition_links_the_other_and_every_link_resolves(notebook):
     assert f"[English](../{notebook.name})" in source_of(chinese["cells"][0])
     assert f"/blob/main/notebooks/{notebook.name})" in source_of(chinese["cells"][0])
     for path, nb in ((notebook, english), (chinese_path, chinese)):
-        for cell in nb["cells"]:
-            if cell["cell_type"] != "markdown":
-                continue
-            for target in re.findall(r"\]\(([^)\s]+)\)", source_of(cell)):
-                if re.match(r"[a-z]+:|#", target):
-                    continue
-                assert (path.parent / target.split("#")[0]).exists(), (
-                    f"{path.relative_to(ROOT)} links {target}, which does not exist")
+        text = "\n".join(source_of(c) for c in nb["cells"] if c["cell_type"] == "markdown")
+        assert not unresolved(path, text), f"{path.relative_to(ROOT)} links what does not exist"
 
 
 def test_catalogues_are_valid_for_gettexts_tools():
     """What a translator opens them with (Poedit, Lokalize) is built on GNU gettext: polib reads
     each catalogue, no entry is flagged as a format string (prose with "50%" is not one), and
     where GNU gettext is installed, its checker passes."""
-    import polib
-
     for notebook in SOURCES:
         po = translation.catalogue_path(notebook)
-        flagged = [e.msgid[:40] for e in polib.pofile(str(po)) if
+        flagged = [e.msgid[:40] for e in translation.read_catalogue(po) if
                    any(flag.endswith("-format") for flag in e.flags)]
         assert not flagged, f"{po.name}: entries flagged as format strings: {flagged}"
         if shutil.which("msgfmt"):
@@ -133,29 +132,21 @@ def test_the_chinese_guide_is_what_the_command_writes_and_its_links_resolve():
     assert "[English](README.md) · 中文" in chinese
     headings = {translation._slug(line.lstrip("#")) for line in chinese.splitlines()
                 if line.startswith("#")}
-    for link in re.findall(r"\]\(([^)\s]+)\)", chinese):
-        if link.startswith("#"):
-            assert link[1:] in headings, f"{target.name} links {link}, a heading it lacks"
-        elif not re.match(r"[a-z]+:", link):
-            assert (target.parent / link.split("#")[0]).exists(), f"{target.name} links {link}"
+    anchors = re.findall(r"\]\(#([^)\s]+)\)", chinese)
+    assert set(anchors) <= headings, f"{target.name} links headings it lacks: {anchors}"
+    assert not unresolved(target, chinese), unresolved(target, chinese)
     assert "](../README.zh-CN.md)" in chinese, "the Chinese guide leads to the Chinese README"
 
 
 def test_a_catalogue_of_the_english_gives_back_the_english_notebook():
     """The cutting into blocks and the putting back lose nothing: with each entry 'translated'
     as its own English, every cell comes back as it was, but the edition line."""
-    from babel.messages.pofile import write_po
-    import io
-
     for notebook in NOTEBOOKS:
         english = load(notebook)
         catalogue = translation.read_catalogue(translation.catalogue_path(notebook))
-        for message in catalogue:
-            if message.id:
-                message.string, message.flags = message.id, set()
-        out = io.BytesIO()
-        write_po(out, catalogue, width=0)
-        same = translation.translated_notebook(notebook, english, out.getvalue().decode("utf-8"))
+        for entry in catalogue:
+            entry.msgstr, entry.flags = entry.msgid, []
+        same = translation.translated_notebook(notebook, english, str(catalogue))
         differ = [i for i, (a, b) in enumerate(zip(english["cells"], same["cells"]))
                   if source_of(a) != source_of(b)]
         assert differ == [0], f"{notebook.name}: cells {differ} changed"
@@ -182,19 +173,17 @@ def test_a_changed_english_paragraph_fails_the_tests_until_it_is_translated_agai
     copy.write_text(notebook_text(english), encoding="utf-8")
     po = translation.catalogue_path(copy)
     assert po.parent.is_relative_to(project)
-    old_translation = next(m.string for m in translation.read_catalogue(po) if m.id == old)
+    old_translation = next(e.msgstr for e in translation.read_catalogue(po) if e.msgid == old)
 
     assert authoring.main(["translate", "--check", str(copy)]) == 1  # stale
     assert not_ready(po) == []
     assert authoring.main(["translate", str(copy)]) == 0
-    fuzzy = [m for m in translation.read_catalogue(po) if m.fuzzy]
-    assert [m.id for m in fuzzy] == [new]
-    assert fuzzy[0].string == old_translation  # the old translation kept for the translator
+    fuzzy = [e for e in translation.read_catalogue(po) if e.fuzzy]
+    assert [e.msgid for e in fuzzy] == [new]
+    assert fuzzy[0].msgstr == old_translation  # the old translation kept for the translator
     # and the old English, run after run, written as gettext's tools (Poedit, msgmerge) read it
     assert authoring.main(["translate", str(copy)]) == 0
-    import polib
-
-    assert [e.previous_msgid for e in polib.pofile(str(po)) if e.fuzzy] == [old]
+    assert [e.previous_msgid for e in translation.read_catalogue(po) if e.fuzzy] == [old]
     assert not_ready(po) == ["fuzzy: " + new[:70]]
     written = load(translation.translation_path(copy))
     assert any(new.split("\n")[0] in source_of(c) for c in written["cells"]), (
@@ -202,7 +191,7 @@ def test_a_changed_english_paragraph_fails_the_tests_until_it_is_translated_agai
     assert authoring.main(["translate", "--check", str(copy)]) == 1  # fuzzy
 
     # The translator updates the entry: the tests pass again.
-    catalogue = polib.pofile(str(po), wrapwidth=0)
+    catalogue = translation.read_catalogue(po)
     entry = next(e for e in catalogue if e.fuzzy)
     entry.flags.remove("fuzzy")
     entry.previous_msgid = None
@@ -277,6 +266,5 @@ def test_the_readmes_name_each_other_and_the_chinese_readme_lists_every_chinese_
             f"README.zh-CN.md should link {notebook.name} by its Chinese title {title!r}")
         assert (f"(https://colab.research.google.com/github/{repository}/blob/main/notebooks/"
                 f"zh-CN/{notebook.name})") in chinese
-    for target in re.findall(r"\]\(([^)\s]+)\)", chinese):
-        if not re.match(r"[a-z]+:|#", target):
-            assert (ROOT / target.split("#")[0]).exists(), f"README.zh-CN.md links {target}"
+    assert not unresolved(ROOT / "README.zh-CN.md", chinese), unresolved(ROOT / "README.zh-CN.md",
+                                                                            chinese)
