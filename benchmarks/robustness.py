@@ -60,6 +60,9 @@ WATCHED: dict[str, dict[str, str]] = {
         "largest weight, learned / w = 1 (> 1)":
             "largest_weight(weights_param) / largest_weight(weights_nw)",
         "roughness, learned / w = 1 (> 2)": "roughness(y_hat_param) / roughness(y_hat_nw)",
+        "learned width / mean spacing of the training inputs (> 1)": "(1 / w_learned) / (5 / n_train)",
+        "largest weight of the edge rows minus the middle rows' (> 0)":
+            "min(_largest[0], _largest[-1]) - _largest[10:40].max()",
         "10 draws: largest error difference learned - w = 1 (< 0)": "differences.max()",
         "10 draws: upper end of its 95% interval (< 0)": "high",
         "10 draws: smallest learned w (> 1)": "ws.min()",
@@ -77,7 +80,10 @@ WATCHED: dict[str, dict[str, str]] = {
             "((dropout_draws.mean(dim=0) - x).abs()[:6] / std_error[:6]).max()",
         "Var(q.k) / d: largest deviation from 1, in tolerances (< 1)":
             "max(abs(v / d - 1) / (5 * math.sqrt((2 + 6 / d) / num_pairs)) "
-            "for (v, _), d in zip(variances, dims))",
+            "for v, d in zip(unscaled['variance'], dims))",
+        "gradient reaching q, unscaled minus scaled, smallest over d (> 0)":
+            "min(a - b for a, b in zip(query_gradient['unscaled'], "
+            "query_gradient['scaled by 1/sqrt(d)']))",
         "unscaled: mean largest weight at d = 1024 (> 0.95)": "unscaled['max weight'][-1]",
         "unscaled: smallest rise of the largest weight (> 0)":
             "min(b - a for a, b in zip(unscaled['max weight'], unscaled['max weight'][1:]))",
@@ -99,7 +105,7 @@ WATCHED: dict[str, dict[str, str]] = {
         "paired differences from softmax: smallest mean / standard error (> 10)":
             "min(paired_z.values())",
         "no normalisation: smallest MSE / largest of the others (> 1.2)":
-            "mse['none (linear)'].min() / max(mse[name].max() for name in alternatives[:-1])",
+            "mse['none'].min() / max(mse[name].max() for name in alternatives[:-1])",
         "all: smallest share of right arg-max (> 0.95)":
             "min(table[name]['arg-max right'].min() for name in mse)",
         "softmax: smallest weight on the right key (> 0.95)": "table['softmax']['right weight'].min()",
