@@ -333,10 +333,14 @@ WATCHED: dict[str, dict[str, str]] = {
         "RMSNorm + SwiGLU - 2017: 95% interval, high end (not asserted)": "interval.high",
         "RMSNorm + SwiGLU - 2017: far end of the interval / perplexity (< 0.08)": "largest",
         "distinct sampled sentences at tau = 1.5, of 20 (> 1)": "distinct['tau = 1.5']",
+        "SmolLM2: greedy answer == LlamaForCausalLM's on the same weights (True)":
+            "bool(torch.equal(answer, _theirs))",
+        "SmolLM2: fewest words among the 3 sampled continuations (>= 5)":
+            "min(len(t.split()) for t in _texts)",
         "generation: cache speed-up at the longest length (> 1.5)": "speedups[-1]",
         "generation: cache speed-up at the shortest length (< longest / 1.2)": "speedups[0]",
-        "exercise 2: |mean g = 4 - g = 1| / perplexity (< 0.05)":
-            "abs(g4_minus_g1.mean().item()) / kv_perplexity[2][0]",
+        "exercise 2: |g = 4 - g = 1| / perplexity, seed 0 (< 0.05)":
+            "abs(g4_minus_g1) / kv_perplexity[2][0]",
     },
     "13_what_heads_learn": {
         "latest phase change / STEPS (<= 0.8)": "change_at.max().item() / STEPS",
