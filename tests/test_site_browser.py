@@ -18,6 +18,7 @@ screenshots it takes.
 from __future__ import annotations
 
 import functools
+import html.parser
 import http.server
 import importlib.util
 import json
@@ -192,6 +193,46 @@ def test_figures_load_and_math_is_typeset(page, edition, tmp_path):
     assert math["spans"] > 10 and math["typeset"] == math["spans"], math
     assert not math["raw"], f"raw $ left on the page: {math['raw']}"
     screenshot(page, f"site-{edition}-notebook", tmp_path)
+
+
+class TextOutsideCodeAndMath(html.parser.HTMLParser):
+    """The text of a page outside code, scripts and math (which MathJax typesets)."""
+
+    VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
+            "track", "wbr"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open, self.text = [], []
+
+    def handle_starttag(self, tag, attrs):
+        if tag not in self.VOID:
+            classes = (dict(attrs).get("class") or "").split()
+            self.open.append(tag in {"pre", "code", "script", "style"} or "math" in classes)
+
+    def handle_endtag(self, tag):
+        if tag not in self.VOID and self.open:
+            self.open.pop()
+
+    def handle_data(self, data):
+        if not any(self.open):
+            self.text.append(data)
+
+
+def test_no_raw_dollar_on_any_page(site):
+    """Every page of both editions: a $ outside code is math that MyST did not take as math (the
+    browser tests check that MathJax typesets what it took, on a page of each edition)."""
+    pages = [p for p in site.rglob("*.html") if p.name not in {"search.html", "genindex.html"}]
+    assert len(pages) >= 2 * 13 + 13 + 4
+    raw = {}
+    for path in pages:
+        parser = TextOutsideCodeAndMath()
+        parser.feed(path.read_text(encoding="utf-8"))
+        text = " ".join(parser.text)
+        found = re.findall(r".{0,40}[$].{0,40}", text, flags=re.DOTALL)
+        if found:
+            raw[str(path.relative_to(site))] = found[:3]
+    assert not raw, f"raw $ left on pages: {raw}"
 
 
 @pytest.mark.parametrize("edition", ["en", "zh-CN"])

@@ -44,6 +44,7 @@ nb_ipywidgets_js = {}
 if CHINESE:  # the label of a folded cell (the course folds inputs only: hide-input)
     nb_code_prompt_show, nb_code_prompt_hide = "显示代码", "隐藏代码"
 myst_enable_extensions = ["dollarmath", "amsmath"]
+myst_dmath_double_inline = True  # $$...$$ inside a paragraph or a list item, as Jupyter reads it
 myst_heading_anchors = 3  # README.md#performance and the like
 
 # Math typeset by MathJax 3 served from the site itself (the SVG output: no font files to load).
@@ -56,6 +57,7 @@ html_theme = "sphinx_book_theme"
 templates_path = [str(HERE / "_templates")]
 html_static_path = [str(HERE / "_static")]
 html_css_files = ["site.css"]
+html_js_files = ["search-summaries.js"]
 html_copy_source = True
 html_show_sphinx = False
 html_context = {"default_mode": "light"}
@@ -132,5 +134,6 @@ def page_context(app, pagename, templatename, context, doctree):
 def setup(app):
     if CHINESE:
         app.add_search_language(SearchChineseBigrams)
+    app.set_html_assets_policy("always")  # MathJax on the search page too, for its summaries
     app.connect("html-page-context", page_context)
     app.connect("build-finished", copy_mathjax)
