@@ -71,8 +71,9 @@ def site(sync_playwright, tmp_path_factory):
     out = work / "site"
     done = subprocess.run([sys.executable, str(REPO / "website" / "build.py"), "--out", str(out),
                            "--work", str(work)], cwd=REPO, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, f"the site's build failed:\n{done.stdout[-3000:]}{done.stderr[-6000:]}"
+                          timeout=600, check=False)
+    assert done.returncode == 0, (
+        f"the site's build failed:\n{done.stdout[-3000:]}{done.stderr[-6000:]}")
     assert (out / "index.html").exists() and (out / "zh-CN" / "index.html").exists()
     # The build goes on past Sphinx's warnings (the site builds from whatever is committed), but a
     # link or an image that leads nowhere on the site is a defect of a page.
@@ -83,7 +84,7 @@ def site(sync_playwright, tmp_path_factory):
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):  # noqa: A002 (http.server's name)
+    def log_message(self, format, *args):
         pass
 
 
@@ -170,7 +171,9 @@ def test_figures_load_and_math_is_typeset(page, edition, tmp_path):
         const images = [...document.querySelectorAll('article img')];
         for (const image of images) {  // scrolled into view, in case the browser loads lazily
             image.scrollIntoView();
-            if (!image.complete) await new Promise(done => { image.onload = image.onerror = done; });
+            if (!image.complete) {
+                await new Promise(done => { image.onload = image.onerror = done; });
+            }
         }
         return images.map(image => ({src: image.getAttribute('src').slice(0, 40),
                                      width: image.naturalWidth,
@@ -185,7 +188,8 @@ def test_figures_load_and_math_is_typeset(page, edition, tmp_path):
     math = page.evaluate("""() => {
         const spans = [...document.querySelectorAll('article .math')];
         const article = document.querySelector('article').cloneNode(true);
-        article.querySelectorAll('pre, code, script, style, mjx-container').forEach(n => n.remove());
+        article.querySelectorAll('pre, code, script, style, mjx-container')
+            .forEach(n => n.remove());
         return {spans: spans.length,
                 typeset: spans.filter(s => s.querySelector('mjx-container svg')).length,
                 raw: (article.textContent.match(/.{0,30}[$].{0,30}/g) || [])};
@@ -198,8 +202,8 @@ def test_figures_load_and_math_is_typeset(page, edition, tmp_path):
 class TextOutsideCodeAndMath(html.parser.HTMLParser):
     """The text of a page outside code, scripts and math (which MathJax typesets)."""
 
-    VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
-            "track", "wbr"}
+    VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta",
+                      "source", "track", "wbr"})
 
     def __init__(self) -> None:
         super().__init__()

@@ -100,7 +100,8 @@ class Layout:
             if page.startswith("exercises/") and page != "exercises/README":
                 # a student copy: English only; the Chinese guide's section on the copies says so
                 return "zh-CN/exercises/README.html#学生版"
-            if page.startswith("notebooks/") and f"notebooks/zh-CN/{page[10:]}.ipynb" not in self.pages:
+            chinese = f"notebooks/zh-CN/{page.removeprefix('notebooks/')}.ipynb"
+            if page.startswith("notebooks/") and chinese not in self.pages:
                 return "zh-CN/index.html"
             return f"zh-CN/{page}.html"
         return f"{page}.html"
@@ -159,8 +160,8 @@ def stage(edition: str, source_dir: pathlib.Path) -> None:
         if suffix == ".md":
             text = rewrite_markdown((REPO / path).read_text(encoding="utf-8"), **where)
             if page == "index":
-                notebooks = [p for p, _ in LAYOUT.of(edition).values() if p.startswith("notebooks/")]
-                text += toctree(words["notebooks"], sorted(notebooks))
+                pages = [p for p, _ in LAYOUT.of(edition).values() if p.startswith("notebooks/")]
+                text += toctree(words["notebooks"], sorted(pages))
                 text += toctree(words["teaching"], ["exercises/README"])
             elif page == "exercises/README" and edition == "en":
                 text += toctree(words["copies"], [
@@ -175,9 +176,9 @@ def stage(edition: str, source_dir: pathlib.Path) -> None:
             if path.startswith("exercises/"):  # a student copy: say so, and where the notebook is
                 first = next(c for c in notebook["cells"] if c["cell_type"] == "markdown")
                 title, _, rest = first["source"].partition("\n")
-                first["source"] = (
-                    f"{title} ({words['copy']})\n\n*{words['copy_note']}* "
-                    f"[{words['notebook']}](../notebooks/{page[10:]}.ipynb).\n{rest}")
+                notebook_page = f"../notebooks/{page.removeprefix('exercises/')}.ipynb"
+                first["source"] = (f"{title} ({words['copy']})\n\n*{words['copy_note']}* "
+                                   f"[{words['notebook']}]({notebook_page}).\n{rest}")
             target.write_text(json.dumps(notebook, ensure_ascii=False), encoding="utf-8")
     shutil.copyfile(WEBSITE / "colab-badge.svg", source_dir / "colab-badge.svg")
     # the switch to the other edition, one per page; read by conf.py
