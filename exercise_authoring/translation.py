@@ -11,7 +11,10 @@ it fuzzy, so a translator sees what changed and nothing drifts silently.
 
 A Chinese notebook (``notebooks/zh-CN/<notebook>.ipynb``) is its English notebook with each
 translated block replaced: the same cells, the same code, the same stored outputs. Untranslated
-and fuzzy entries keep the English text there, and the tests fail on them. A markdown page (the
+and fuzzy entries keep the English text there, and the tests fail on them. A translation's line
+breaks that a browser would show as a space (between two Chinese characters, after full-width
+punctuation) are joined as it is written. The course's glossary (README.md's table) gives each
+term one Chinese rendering and the variants it replaces; no translation may use a variant. A markdown page (the
 instructor's guide, ``exercises/README.md``) is translated the same way, as a notebook of one
 markdown cell, into ``exercises/README.zh-CN.md``.
 
@@ -609,17 +612,21 @@ def entry_problems(msgid: str, msgstr: str, terms: dict[str, str]) -> list[str]:
 
 def translation_report(notebook_path: Path) -> list[str]:
     """Each problem of a notebook's catalogue as it is on disk, one line each: the cell, the start
-    of the English, and what is wrong (see :func:`entry_problems`)."""
+    of the English, and what is wrong (see :func:`entry_problems`), or the variant the glossary
+    replaces that it uses (see :func:`drifts`)."""
     notebook = _read_source(notebook_path)
     po = catalogue_path(notebook_path)
     if not po.exists():
         return [f"{po} does not exist"]
-    terms = glossary(notebook)
+    terms, vocabulary_rows = glossary(notebook), vocabulary()
     lines = []
     for entry in read_catalogue(po):
         if not entry.msgstr or entry.fuzzy:
             continue
+        where = ", ".join(f"cell {line}" for _, line in entry.occurrences[:3])
         for problem in entry_problems(entry.msgid, entry.msgstr, terms):
-            where = ", ".join(f"cell {line}" for _, line in entry.occurrences[:3])
             lines.append(f"{where}: {entry.msgid[:50]!r}...: {problem}")
+        for variant, term in drifts(entry.msgstr, vocabulary_rows):
+            lines.append(f"{where}: {entry.msgid[:50]!r}...: the translation says {variant!r}: the "
+                         f"glossary says {term.chinese!r} for {term.english!r}")
     return lines
