@@ -46,13 +46,14 @@ __all__ = [
     "IMAGE",
     "LOCALE",
     "Block",
+    "Term",
     "blocks",
     "catalogue_entries",
     "catalogue_path",
+    "drifts",
     "edition_line",
     "entry_problems",
     "extract",
-    "drifts",
     "glossary",
     "join_chinese_lines",
     "stray_breaks",
@@ -60,9 +61,9 @@ __all__ = [
     "translated_notebook",
     "translation_path",
     "translation_report",
-    "with_edition_line",
     "update_catalogue",
     "vocabulary",
+    "with_edition_line",
 ]
 
 LOCALE = "zh_CN"  # the catalogues' folder, locale/zh_CN/LC_MESSAGES/
