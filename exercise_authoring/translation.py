@@ -11,7 +11,10 @@ it fuzzy, so a translator sees what changed and nothing drifts silently.
 
 A Chinese notebook (``notebooks/zh-CN/<notebook>.ipynb``) is its English notebook with each
 translated block replaced: the same cells, the same code, the same stored outputs. Untranslated
-and fuzzy entries keep the English text there, and the tests fail on them. A markdown page (the
+and fuzzy entries keep the English text there, and the tests fail on them. A translation's line
+breaks that a browser would show as a space (between two Chinese characters, after full-width
+punctuation) are joined as it is written. The course's glossary (README.md's table) gives each
+term one Chinese rendering and the variants it replaces; no translation may use a variant. A markdown page (the
 instructor's guide, ``exercises/README.md``) is translated the same way, as a notebook of one
 markdown cell, into ``exercises/README.zh-CN.md``.
 
@@ -43,19 +46,24 @@ __all__ = [
     "IMAGE",
     "LOCALE",
     "Block",
+    "Term",
     "blocks",
     "catalogue_entries",
     "catalogue_path",
+    "drifts",
     "edition_line",
     "entry_problems",
     "extract",
     "glossary",
+    "join_chinese_lines",
+    "stray_breaks",
     "translate_notebooks",
     "translated_notebook",
     "translation_path",
     "translation_report",
-    "with_edition_line",
     "update_catalogue",
+    "vocabulary",
+    "with_edition_line",
 ]
 
 LOCALE = "zh_CN"  # the catalogues' folder, locale/zh_CN/LC_MESSAGES/
@@ -356,6 +364,8 @@ def translated_notebook(notebook_path: Path, notebook: dict, catalogue_text: str
                 text = re.sub("\0", lambda _: next(images, IMAGE), text)
                 text = (_relink_page(text, Path(notebook_path).parent, anchors) if page
                         else _relink(text))
+                if block.text in translations:  # no line break a browser shows as a space
+                    text = join_chinese_lines(text)
                 body = text.split("\n")
                 new = [block.prefix + body[0]] + [block.indent + line if line else line
                                                   for line in body[1:]]
@@ -461,20 +471,114 @@ def _term_pattern(english: str) -> re.Pattern:
     return re.compile(r"\b" + r"[\s-]+".join(words) + r"\b", re.IGNORECASE)
 
 
-def glossary(notebook: dict | None = None) -> dict[str, str]:
-    """English term -> Chinese term: the course's glossary (README.md's table), and, given a
-    notebook, the table of terms in its first cell."""
-    found = {}
+_ROW = re.compile(r"^\|\s*([A-Za-z*`][^|]*?)\s*\|\s*([^|]*?)\s*\|(?:\s*([^|]*?)\s*\|)?\s*$",
+                  re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Term:
+    """A row of the course's glossary: the English (``head`` is it without its parenthesised
+    sense), its one Chinese rendering, the variants no Chinese text may use for it, and whether
+    a paragraph whose English uses the term must use its Chinese (not for a term in italics in
+    the table: its English word has other senses)."""
+
+    english: str
+    chinese: str
+    avoid: tuple[str, ...]
+    required: bool
+
+    @property
+    def head(self) -> str:
+        return re.sub(r"[*`]", "", self.english.split(" (")[0]).strip()
+
+
+def _glossary_table() -> str:
     readme = find_project(Path(__file__).parent).root / "README.md"
-    tables = [readme.read_text(encoding="utf-8").split("\n## Glossary\n", 1)[1].split("\n## ")[0]]
+    return readme.read_text(encoding="utf-8").split("\n## Glossary\n", 1)[1].split("\n## ")[0]
+
+
+def vocabulary(table: str | None = None) -> list[Term]:
+    """The rows of the course's glossary (README.md's ``## Glossary`` table, or ``table``):
+    English | 中文 | the variants it replaces (separated by commas)."""
+    terms = []
+    for english, chinese, avoid in _ROW.findall(_glossary_table() if table is None else table):
+        if english == "English" or not re.search(r"[\u4e00-\u9fff]|^[a-z]", chinese):
+            continue
+        variants = tuple(v.strip() for v in re.split(r",\s*|、", avoid or "")
+                         if v.strip() and v.strip() not in "-—")
+        terms.append(Term(english, chinese, variants, not english.startswith("*")))
+    return terms
+
+
+def glossary(notebook: dict | None = None) -> dict[str, str]:
+    """English term -> Chinese term, the terms a translation must keep: the course's glossary
+    (README.md's table, but its terms in italics), and, given a notebook, the terms of the table
+    in its first cell that the course's glossary does not name."""
+    found = {t.english: t.chinese for t in vocabulary() if t.required}
+    heads = {t.head for t in vocabulary()}
     if notebook is not None:
-        tables.append(source_of(notebook["cells"][0]))
-    for table in tables:
-        for english, chinese in re.findall(r"^\|\s*([A-Za-z][^|]*?)\s*\|\s*([^|]*?)\s*\|\s*$",
-                                           table, flags=re.MULTILINE):
-            if english != "English" and re.search(r"[\u4e00-\u9fff]", chinese):
+        for english, chinese, _ in _ROW.findall(source_of(notebook["cells"][0])):
+            if (english != "English" and english not in heads
+                    and re.search(r"[\u4e00-\u9fff]", chinese)):
                 found[english] = chinese
     return found
+
+
+def _prose(text: str) -> str:
+    """``text`` without its inline code, math, link targets, HTML tags and emphasis marks, its
+    lines joined."""
+    for pattern in (_CODE, _MATH, _TARGET, _TAG):
+        text = pattern.sub(" ", text)
+    return re.sub(r"\n[ \t]*", "", text).replace("*", "")
+
+
+def drifts(chinese: str, terms: list[Term] | None = None) -> list[tuple[str, Term]]:
+    """The variants the glossary replaces that a Chinese text uses (outside code and math), each
+    with the glossary's row. A variant inside the row's own rendering is not one (自动检查会 is
+    not the bare 检查会), nor one glossing it in parentheses; an ASCII variant counts as a whole
+    word, in any case."""
+    terms = vocabulary() if terms is None else terms
+    prose = _prose(chinese)
+    found = []
+    for term in terms:
+        # (the rendering glossed with its English, 相加与规范化（add & norm）, is not a variant)
+        rest = re.sub(r"\0[”’]?（[^）]*）", "\0", prose.replace(term.chinese, "\0"))
+        for variant in term.avoid:
+            pattern = (r"(?<![A-Za-z])" + re.escape(variant) + r"(?![A-Za-z])"
+                       if variant.isascii() else re.escape(variant))
+            # (a variant that holds the rendering, as logits holds logit, is looked for as it is)
+            if re.search(pattern, prose if term.chinese in variant else rest, re.IGNORECASE):
+                found.append((variant, term))
+    return found
+
+
+_CJK = "\u2e80-\u9fff\uf900-\ufaff"
+_FULL_WIDTH = "\u3000-\u303f\uff01-\uff0f\uff1a-\uff20\uff3b-\uff40\uff5b-\uff65\u2014\u2026\u201c\u201d\u2018\u2019"
+# A line break a browser shows as a space: between two Chinese characters, or after full-width
+# punctuation, the next line going on with the paragraph (not a list item, table row, heading,
+# quote, fence, HTML or blank line).
+_STRAY_BREAK = re.compile(
+    rf"(?:(?<=[{_CJK}])\n[ \t]*(?=[{_CJK}{_FULL_WIDTH}])"
+    rf"|(?<=[{_FULL_WIDTH}])\n[ \t]*(?![ \t]*(?:[-*+>|#<]|\d+[.)]\s|```|\n|$)))")
+_FENCE = re.compile(r"^```.*?^```[^\n]*$", re.DOTALL | re.MULTILINE)
+
+
+def join_chinese_lines(text: str) -> str:
+    """A Chinese block with the line breaks a browser would show as a stray space removed (not
+    inside a code fence)."""
+    parts, end = [], 0
+    for fence in _FENCE.finditer(text):
+        parts += [_STRAY_BREAK.sub("", text[end:fence.start()]), fence.group(0)]
+        end = fence.end()
+    return "".join(parts) + _STRAY_BREAK.sub("", text[end:])
+
+
+def stray_breaks(markdown: str) -> list[str]:
+    """The places in Chinese markdown where a paragraph's line break renders as a stray space
+    (code fences skipped), each as the text around it."""
+    text = _FENCE.sub("", markdown)
+    return [text[max(0, m.start() - 12):m.end() + 12].replace("\n", "⏎")
+            for m in _STRAY_BREAK.finditer(text)]
 
 
 def entry_problems(msgid: str, msgstr: str, terms: dict[str, str]) -> list[str]:
@@ -497,25 +601,33 @@ def entry_problems(msgid: str, msgstr: str, terms: dict[str, str]) -> list[str]:
     prose = msgid
     for pattern in (_CODE, _MATH, _TARGET):
         prose = pattern.sub(" ", prose)
+    heads = {}  # a term with senses (mask: the tensor, the operation): any sense's Chinese will do
     for term, chinese_term in terms.items():
-        if _term_pattern(term).search(prose) and chinese_term not in msgstr:
-            problems.append(f"the English says {term!r}: the translation must use {chinese_term!r}")
+        heads.setdefault(term.split(" (")[0], []).append(chinese_term)
+    for head, renderings in heads.items():
+        if _term_pattern(head).search(prose) and not any(c in msgstr for c in renderings):
+            wanted = " or ".join(repr(c) for c in renderings)
+            problems.append(f"the English says {head!r}: the translation must use {wanted}")
     return problems
 
 
 def translation_report(notebook_path: Path) -> list[str]:
     """Each problem of a notebook's catalogue as it is on disk, one line each: the cell, the start
-    of the English, and what is wrong (see :func:`entry_problems`)."""
+    of the English, and what is wrong (see :func:`entry_problems`), or the variant the glossary
+    replaces that it uses (see :func:`drifts`)."""
     notebook = _read_source(notebook_path)
     po = catalogue_path(notebook_path)
     if not po.exists():
         return [f"{po} does not exist"]
-    terms = glossary(notebook)
+    terms, vocabulary_rows = glossary(notebook), vocabulary()
     lines = []
     for entry in read_catalogue(po):
         if not entry.msgstr or entry.fuzzy:
             continue
+        where = ", ".join(f"cell {line}" for _, line in entry.occurrences[:3])
         for problem in entry_problems(entry.msgid, entry.msgstr, terms):
-            where = ", ".join(f"cell {line}" for _, line in entry.occurrences[:3])
             lines.append(f"{where}: {entry.msgid[:50]!r}...: {problem}")
+        for variant, term in drifts(entry.msgstr, vocabulary_rows):
+            lines.append(f"{where}: {entry.msgid[:50]!r}...: the translation says {variant!r}: the "
+                         f"glossary says {term.chinese!r} for {term.english!r}")
     return lines

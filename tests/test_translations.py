@@ -215,7 +215,10 @@ def test_a_changed_english_paragraph_fails_the_tests_until_it_is_translated_agai
     ("This is the **scoring function (a)**.", "这是**评分函数（a）**。", None),
     ("This is **(a)** here.", "这是**（a）**的。", "rendered 'strong_open'"),
     ("Each query picks.", "每个问题挑选。", "'query': the translation must use '查询'"),
-    ("Masked positions get 0.", "被掩码的位置为 0。", "'mask': the translation must use '掩蔽'"),
+    ("Masked positions get 0.", "被掩蔽的位置为 0。", None),
+    ("The causal mask is a tensor.", "因果掩码是一个张量。", None),
+    ("The causal mask is a tensor.", "因果遮罩是一个张量。", "'mask': the translation must use '掩码' or '掩蔽'"),
+    ("Continue a prompt.", "续写一段文字。", "'prompt': the translation must use '提示'"),
     ("Summary", "小\n结", "one line"),
     ("An image: ![a diagram](data:…)", "一幅图：![示意图](data:…)", None),
 ])
@@ -242,11 +245,15 @@ def test_blocks_cut_a_cell_as_a_markdown_parser_does():
 def test_the_course_glossary_is_the_syllabus_glossary_and_the_readmes_table():
     syllabus = (ROOT.parent / "shared" / "SYLLABUS.md")
     terms = translation.glossary()
-    assert terms["query"] == "查询" and terms["mask"] == "掩蔽" and len(terms) >= 17
+    senses = {}  # a term of two senses has two rows: mask, the tensor (掩码) and the operation (掩蔽)
+    for english, chinese in terms.items():
+        senses.setdefault(english.split(" (")[0], []).append(chinese)
+    assert terms["query"] == "查询" and sorted(senses["mask"]) == ["掩码", "掩蔽"]
+    assert len(senses) >= 17
     if syllabus.exists():  # the syllabus lies beside the repository on the course's machines
         for english, chinese in re.findall(r"([a-z][a-z -]+?) ([\u4e00-\u9fff][^\s,)]*)",
                                            syllabus.read_text(encoding="utf-8").split("## 01")[0]):
-            assert terms.get(english.strip()) == chinese, (english, chinese)
+            assert chinese in senses.get(english.strip(), []), (english, chinese)
 
 
 def test_the_readmes_name_each_other_and_the_chinese_readme_lists_every_chinese_notebook():
@@ -268,3 +275,127 @@ def test_the_readmes_name_each_other_and_the_chinese_readme_lists_every_chinese_
                 f"zh-CN/{notebook.name})") in chinese
     assert not unresolved(ROOT / "README.zh-CN.md", chinese), unresolved(ROOT / "README.zh-CN.md",
                                                                             chinese)
+
+
+# --- one vocabulary, and Chinese that renders without stray spaces ---------------------------
+
+CHINESE_README = ROOT / "README.zh-CN.md"
+
+
+def drift_lines(catalogue, terms=None):
+    """Each variant the glossary replaces that a catalogue's translations use: the catalogue,
+    the entry (cells, start of the English), the variant and the glossary's rendering."""
+    lines = []
+    for entry in translation.read_catalogue(catalogue):
+        for variant, term in translation.drifts(entry.msgstr, terms):
+            where = ", ".join(f"cell {line}" for _, line in entry.occurrences[:3])
+            lines.append(f"{pathlib.Path(catalogue).name}, {where} ({entry.msgid[:40]!r}...): "
+                         f"{variant!r}: the glossary says {term.chinese!r} for {term.english!r}")
+    return lines
+
+
+@pytest.mark.parametrize("notebook", SOURCES, ids=lambda p: p.name)
+def test_no_translation_uses_a_variant_the_glossary_replaces(notebook):
+    found = drift_lines(translation.catalogue_path(notebook))
+    assert not found, (f"{len(found)} translations drift from the glossary (README.md, "
+                       f"## Glossary):\n" + "\n".join(found[:20]))
+
+
+def test_the_drift_check_names_the_catalogue_the_entry_and_the_variant(tmp_path):
+    po = tmp_path / "99_planted.po"
+    po.write_text('msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n\n'
+                  '#: 99_planted.ipynb:7\nmsgid "The package\'s boolean mask, `mask`."\n'
+                  'msgstr "软件包中的布尔掩蔽，`课程包`。"\n', encoding="utf-8")
+    found = drift_lines(po)
+    assert len(found) == 2, found  # the code span's 课程包 is code, not prose
+    assert found[0].startswith("99_planted.po, cell 7 (\"The package's boolean mask")
+    assert any("'软件包': the glossary says '配套包'" in line for line in found)
+    assert any("'布尔掩蔽': the glossary says '掩码'" in line for line in found)
+    for chinese, variants in [("自动检查会比较两者。", []), ("检查会比较两者。", ["检查会"]),
+                              ("把 logits 设为 $-\\infty$", ["logits"]),
+                              ("`logits` 的形状", []), ("“autograded answer”单元格", []),
+                              ("每次 autograde 都会", ["autograde"]),
+                              ("两个\n堆叠", ["两个堆叠"]), ("把这些层堆叠起来", [])]:
+        assert [v for v, _ in translation.drifts(chinese)] == variants, chinese
+
+
+def test_the_readmes_glossaries_are_one_table():
+    english = translation.vocabulary()
+    chinese = translation.vocabulary(
+        CHINESE_README.read_text(encoding="utf-8").split("\n## 术语表\n", 1)[1].split("\n## ")[0])
+    assert [(t.english, t.chinese, t.avoid) for t in chinese] == [
+        (t.english, t.chinese, t.avoid) for t in english], (
+        "README.zh-CN.md's 术语表 and README.md's Glossary differ")
+    assert len({t.english for t in english}) == len(english)
+    for term in english:  # a rendering is never taken for one of its variants
+        assert not translation.drifts(term.chinese, [term]), term
+    text = CHINESE_README.read_text(encoding="utf-8").split("\n## 术语表\n", 1)
+    found = translation.drifts(text[0] + text[1].split("\n## ", 1)[-1])
+    assert not found, f"README.zh-CN.md uses variants the glossary replaces: {found}"
+
+
+def chinese_markdown():
+    """Every Chinese markdown text a reader sees: the Chinese notebooks' markdown cells, the
+    Chinese guide and README.zh-CN.md, as (where, text)."""
+    for notebook in NOTEBOOKS:
+        path = translation.translation_path(notebook)
+        for index, cell in enumerate(load(path)["cells"]):
+            if cell["cell_type"] == "markdown":
+                yield f"{path.relative_to(ROOT)}, cell {index}", source_of(cell)
+    for path in (translation.translation_path(GUIDE), CHINESE_README):
+        yield str(path.relative_to(ROOT)), path.read_text(encoding="utf-8")
+
+
+def test_chinese_markdown_has_no_line_break_a_browser_shows_as_a_space():
+    found = [f"{where}: {around}" for where, text in chinese_markdown()
+             for around in translation.stray_breaks(text)]
+    assert not found, (f"{len(found)} line breaks inside Chinese paragraphs render as a stray "
+                       f"space; write the paragraph on one line (translate joins a catalogue's "
+                       f"lines itself):\n" + "\n".join(found[:20]))
+
+
+@pytest.mark.parametrize("markdown, breaks", [
+    ("第一行\n第二行", 1), ("句子。\n下一句", 1), ("句子。\nPyTorch 的层", 1),
+    ("使用\nPyTorch 的层", 0), ("PyTorch\n的层", 0), ("列表：\n- 一项\n- 两项", 0),
+    ("| 表 |\n|---|\n| 格 |", 0), ("段落。\n\n段落", 0), ("```\n代码\n代码\n```", 0),
+    ("公式：\n$$x$$", 1), ("标题\n\n1. 第一", 0),
+])
+def test_stray_breaks_are_found_and_joined(markdown, breaks):
+    assert len(translation.stray_breaks(markdown)) == breaks
+    joined = translation.join_chinese_lines(markdown)
+    assert translation.stray_breaks(joined) == []
+    if breaks:
+        assert joined.count("\n") == markdown.count("\n") - breaks
+    else:
+        assert joined == markdown
+
+
+def test_translate_joins_the_lines_of_a_chinese_paragraph():
+    notebook = NOTEBOOKS[0]
+    english = load(notebook)
+    catalogue = translation.read_catalogue(translation.catalogue_path(notebook))
+    entry = next(e for e in catalogue if "\n" in e.msgid and e.msgstr)
+    entry.msgstr = "第一行没有结束\n第二行接着说。\n第三行"
+    chinese = translation.translated_notebook(notebook, english, str(catalogue))
+    text = "\n".join(source_of(c) for c in chinese["cells"])
+    assert "第一行没有结束第二行接着说。第三行" in text
+
+
+def test_the_chinese_readme_leads_to_the_chinese_guide_and_names_what_it_leaves_out():
+    chinese = CHINESE_README.read_text(encoding="utf-8")
+    english = (ROOT / "README.md").read_text(encoding="utf-8")
+    notebooks_section = chinese.split("\n## 笔记本\n", 1)[1].split("\n## ")[0]
+    assert "](exercises/README.zh-CN.md)" in notebooks_section, (
+        "the student copies are listed in the Chinese guide")
+    assert "](exercises/README.md)" not in notebooks_section.replace(
+        "（[英文原文](exercises/README.md)）", "")
+    anchors = {translation._slug(line.lstrip("#")) for line in english.splitlines()
+               if line.startswith("## ")}
+    linked = set(re.findall(r"\]\(README\.md#([^)\s]+)\)", chinese))
+    assert linked <= anchors, f"README.zh-CN.md links English sections that do not exist: " \
+                              f"{linked - anchors}"
+    for section in ("The companion package", "Do the results hold on your machine?",
+                    "Performance", "Contributing"):
+        if f"\n## {section}\n" in english:
+            assert translation._slug(section) in linked, (
+                f"README.zh-CN.md does not say it leaves out the English README's {section!r}")
