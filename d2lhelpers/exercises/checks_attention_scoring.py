@@ -11,7 +11,7 @@ import torch
 
 from .cases import labelled, randint, randn, random_choice, random_floats, random_sizes, \
     seeded_generator
-from .runner import Symptom, run_check
+from .runner import Symptom, exercise_check, run_check
 
 __all__ = ['check_sliding_window_weights', 'check_sparsemax']
 
@@ -98,6 +98,7 @@ _SLIDING_WINDOW_MISTAKES = {
 }
 
 
+@exercise_check
 def check_sliding_window_weights(fn: Callable, seed: int = 0, hint: int = 1, *,
                                  verbose: bool = False) -> None:
     """fn(scores (B, T, T), window, valid_lens) -> weights (B, T, T) of causal sliding-window
@@ -189,6 +190,7 @@ _SPARSEMAX_MISTAKES = {
 }
 
 
+@exercise_check
 def check_sparsemax(fn: Callable, seed: int = 0, hint: int = 1, *, verbose: bool = False) -> None:
     """fn(scores (..., T_k)) -> weights of the same shape: sparsemax over the last axis,
     max(z - tau, 0) with tau = (z_(1) + ... + z_(k) - 1) / k for k = k(z), the largest k with

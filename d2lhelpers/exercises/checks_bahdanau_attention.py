@@ -14,7 +14,7 @@ from torch import nn
 from ..attention import masked_softmax, sequence_mask
 from .cases import (labelled, mask_inverted, randn, random_lengths, random_sizes,
                     seeded_generator, seeded_module, size_text)
-from .runner import Symptom, run_check
+from .runner import Symptom, exercise_check, run_check
 
 __all__ = ["check_gru_cell", "check_luong_step"]
 
@@ -90,6 +90,7 @@ _GRU_CELL_MISTAKES = {
 }
 
 
+@exercise_check
 def check_gru_cell(fn: Callable, seed: int = 0, hint: int = 1, *,
                    verbose: bool = False) -> None:
     """fn(x, h, W_ih, W_hh, b_ih, b_hh) -> the new state h' (B, H) of a GRU cell, in PyTorch's
@@ -226,6 +227,7 @@ _LUONG_STEP_MISTAKES = {
 }
 
 
+@exercise_check
 def check_luong_step(fn: Callable, seed: int = 0, hint: int = 1, *,
                      verbose: bool = False) -> None:
     """fn(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c) -> (attentional, hidden,

@@ -16,7 +16,7 @@ from ..decoding import next_token_probs
 from ..positional import apply_rotary
 from .cases import (case_label, feed_in_chunks, labelled, load_linear_weights, randint, randn,
                     random_floats, random_sizes, seeded_generator, seeded_module)
-from .runner import Symptom, run_check
+from .runner import Symptom, exercise_check, run_check
 
 __all__ = ["check_rotary_at_positions", "check_online_softmax_update",
            "check_cached_gqa_self_attention", "check_top_p_probs"]
@@ -88,6 +88,7 @@ _ROTARY_AT_POSITIONS_MISTAKES = {
 }
 
 
+@exercise_check
 def check_rotary_at_positions(fn: Callable, seed: int = 0, hint: int = 1, *,
                               verbose: bool = False) -> None:
     """fn(x, positions) -> x with each pair of features (x_2j, x_2j+1) of row t rotated by the
@@ -187,6 +188,7 @@ _ONLINE_SOFTMAX_UPDATE_MISTAKES = {
 }
 
 
+@exercise_check
 def check_online_softmax_update(fn: Callable, seed: int = 0, hint: int = 1, *,
                                 verbose: bool = False) -> None:
     """fn(m, l, acc, scores, values) -> (m, l, acc) after one more block of keys: m (..., T_q, 1)
@@ -383,6 +385,7 @@ _CACHED_GQA_MISTAKES = {
 }
 
 
+@exercise_check
 def check_cached_gqa_self_attention(cls: type, seed: int = 0, hint: int = 1, *,
                                     verbose: bool = False) -> None:
     """cls(d_model, num_heads, num_kv_heads): causal grouped-query self-attention with RoPE and a
@@ -528,6 +531,7 @@ _TOP_P_PROBS_MISTAKES = {
 }
 
 
+@exercise_check
 def check_top_p_probs(fn: Callable, seed: int = 0, hint: int = 1, *,
                       verbose: bool = False) -> None:
     """fn(logits, top_p) -> probabilities (B, V): the softmax of the logits restricted to the

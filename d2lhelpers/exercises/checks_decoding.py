@@ -11,7 +11,7 @@ import torch
 from ..attention import KVCache
 from ..decoding import Beams, advance_beams
 from .cases import labelled, randint, randn, random_sizes, seeded_generator
-from .runner import Symptom, run_check
+from .runner import Symptom, exercise_check, run_check
 
 __all__ = ['check_advance_beams', 'check_follow_parents']
 
@@ -135,6 +135,7 @@ _ADVANCE_BEAMS_MISTAKES = {
 }
 
 
+@exercise_check
 def check_advance_beams(fn: Callable, seed: int = 0, hint: int = 1, *,
                         verbose: bool = False) -> None:
     """fn(log_probs, lengths, finished, step_log_probs, eos, alpha) -> (log_probs, lengths,
@@ -293,6 +294,7 @@ _FOLLOW_PARENTS_MISTAKES = {
 }
 
 
+@exercise_check
 def check_follow_parents(fn: Callable, seed: int = 0, hint: int = 1, *,
                          verbose: bool = False) -> None:
     """fn(tokens, keys, values, parents, new_tokens) -> (tokens, keys, values): each beam that

@@ -10,7 +10,7 @@ import torch
 
 from ..attention import KVCache, MultiHeadAttention, causal_valid_lens, masked_softmax
 from .cases import case_label, randint, randn, random_sizes, seeded_generator, seeded_module
-from .runner import Symptom, run_check
+from .runner import Symptom, exercise_check, run_check
 
 __all__ = ["check_induction_score", "check_head_ablation"]
 
@@ -106,6 +106,7 @@ def _ideal_heads(tokens_first_half):
     return torch.stack([previous, induction])[None], tokens
 
 
+@exercise_check
 def check_induction_score(fn: Callable, seed: int = 0, hint: int = 1, *,
                           verbose: bool = False) -> None:
     """fn(weights, tokens) -> scores (h,): for each head, the attention weight a query puts on
@@ -207,6 +208,7 @@ _HEAD_ABLATION_MISTAKES = {
 }
 
 
+@exercise_check
 def check_head_ablation(fn: Callable, seed: int = 0, hint: int = 1, *,
                         verbose: bool = False) -> None:
     """fn(attention, X, head) -> (B, T, d_model): what ``attention.step(X, d2lh.KVCache())``

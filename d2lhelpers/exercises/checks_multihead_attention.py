@@ -15,7 +15,7 @@ from ..attention import MultiHeadAttention, masked_softmax, sequence_mask, valid
 from .cases import (MASK_KINDS, case_label, load_linear_weights, mask_inverted, randn,
                     random_choice, random_head_sizes, seeded_generator, seeded_module, size_text,
                     valid_lens_case)
-from .runner import Symptom, run_check
+from .runner import Symptom, exercise_check, run_check
 
 __all__ = ['check_per_head_weights', 'check_to_torch_multihead', 'check_packed_self_attention']
 
@@ -316,6 +316,7 @@ _PER_HEAD_WEIGHTS_MISTAKES = {
 }
 
 
+@exercise_check
 def check_per_head_weights(fn: Callable, seed: int = 0, hint: int = 1, *,
                            verbose: bool = False) -> None:
     """fn(mha, queries (B, T_q, d_model), keys (B, T_k, d_model), valid_lens) -> the attention
@@ -426,6 +427,7 @@ _TO_TORCH_MULTIHEAD_MISTAKES = {
 }
 
 
+@exercise_check
 def check_to_torch_multihead(fn: Callable, seed: int = 0, hint: int = 1, *,
                              verbose: bool = False) -> None:
     """fn(mha) -> a torch.nn.MultiheadAttention (batch_first) computing the same function as the
@@ -512,6 +514,7 @@ _PACKED_SELF_ATTENTION_MISTAKES = {
 }
 
 
+@exercise_check
 def check_packed_self_attention(cls: type, seed: int = 0, hint: int = 1, *,
                                 verbose: bool = False) -> None:
     """cls(d_model, num_heads): multi-head self-attention with one packed projection

@@ -12,7 +12,7 @@ import torch
 
 from ..attention import DotProductAttention
 from .cases import labelled, randn, random_floats, random_sizes, seeded_generator
-from .runner import Symptom, run_check
+from .runner import Symptom, exercise_check, run_check
 
 __all__ = ['check_kernel_as_attention', 'check_loo_error']
 
@@ -80,6 +80,7 @@ _KERNEL_AS_ATTENTION_MISTAKES = {
 }
 
 
+@exercise_check
 def check_kernel_as_attention(fn: Callable, seed: int = 0, hint: int = 1, *,
                               verbose: bool = False) -> None:
     """fn(queries (n_q, d), keys (n_k, d), width) -> (q (n_q, D), k (n_k, D)) with which
@@ -177,6 +178,7 @@ _LOO_ERROR_MISTAKES = {
 }
 
 
+@exercise_check
 def check_loo_error(fn: Callable, seed: int = 0, hint: int = 1, *,
                     verbose: bool = False) -> None:
     """fn(x (n,), y (n,), width) -> the mean squared leave-one-out error (a number) of Gaussian

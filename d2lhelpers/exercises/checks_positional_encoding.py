@@ -15,7 +15,7 @@ from ..attention import masked_softmax, sequence_mask, valid_lens_to_mask
 from ..positional import PositionalEncoding
 from .cases import (MASK_KINDS, case_label, labelled, mask_inverted, randn, random_choice,
                     random_floats, random_sizes, seeded_generator, size_text, valid_lens_case)
-from .runner import Symptom, run_check
+from .runner import Symptom, exercise_check, run_check
 
 __all__ = ['check_sinusoidal_table', 'check_offset_attention', 'check_relative_self_attention']
 
@@ -106,6 +106,7 @@ _SINUSOIDAL_TABLE_MISTAKES = {
 }
 
 
+@exercise_check
 def check_sinusoidal_table(fn: Callable, seed: int = 0, hint: int = 1, *,
                            verbose: bool = False) -> None:
     """fn(max_len, d) -> the sinusoidal table P (max_len, d), for any width d (odd included):
@@ -223,6 +224,7 @@ _OFFSET_ATTENTION_MISTAKES = {
 }
 
 
+@exercise_check
 def check_offset_attention(fn: Callable, seed: int = 0, hint: int = 1, *,
                            verbose: bool = False) -> None:
     """fn(P, delta, beta) -> the weights (T, T), float64, of a head that attends by offset alone:
@@ -422,6 +424,7 @@ _RELATIVE_SELF_ATTENTION_MISTAKES = {
 }
 
 
+@exercise_check
 def check_relative_self_attention(cls: type, seed: int = 0, hint: int = 1, *,
                                   verbose: bool = False) -> None:
     """cls(d_model, max_distance): one head of self-attention with a learned bias for each

@@ -13,7 +13,7 @@ import torch
 from ..attention import DotProductAttention
 from .cases import (labelled, load_linear_weights, randint, randn, random_floats, random_sizes,
                     seeded_generator)
-from .runner import Symptom, run_check
+from .runner import Symptom, exercise_check, run_check
 
 __all__ = ['check_lookup', 'check_cross_attention']
 
@@ -136,6 +136,7 @@ def _reference_lookup(queries, keys, values, temperature):
     return _wrong_lookup(queries, keys, values, temperature)  # every argument at its right value
 
 
+@exercise_check
 def check_lookup(fn: Callable, seed: int = 0, hint: int = 1, *, verbose: bool = False) -> None:
     """fn(queries (B, T_q, d), keys (B, T_k, d), values (B, T_k, d_v), temperature) -> (outputs
     (B, T_q, d_v), weights (B, T_q, T_k)), the weights softmax(Q K^T / (temperature sqrt(d)))
@@ -229,6 +230,7 @@ def _cross_attention_cases(generator) -> list[tuple[str, tuple]]:
         f"d_v={W_v.shape[0]}"))
 
 
+@exercise_check
 def check_cross_attention(cls: type, seed: int = 0, hint: int = 1, *,
                           verbose: bool = False) -> None:
     """cls(query_size, context_size, d, d_v): attention of one sequence's queries over another

@@ -10,7 +10,7 @@ import torch
 
 from .cases import (labelled, randint, randn, random_choice, random_lengths, random_sizes,
                     seeded_generator)
-from .runner import run_check
+from .runner import exercise_check, run_check
 
 __all__ = ['check_real_token_smoothing', 'check_adam_steps']
 
@@ -121,6 +121,7 @@ _REAL_TOKEN_SMOOTHING_MISTAKES = {
 }
 
 
+@exercise_check
 def check_real_token_smoothing(fn: Callable, seed: int = 0, hint: int = 1, *,
                                verbose: bool = False) -> None:
     """fn(logits, targets, valid_lens, eps, real_tokens) -> the label-smoothed cross-entropy whose
@@ -285,6 +286,7 @@ _ADAM_STEPS_MISTAKES = {
 }
 
 
+@exercise_check
 def check_adam_steps(fn: Callable, seed: int = 0, hint: int = 1, *,
                      verbose: bool = False) -> None:
     """fn(grads, schedule, betas, eps) -> steps (S, n): the change Adam makes to a parameter at

@@ -14,7 +14,7 @@ from ..attention import KVCache, causal_valid_lens
 from ..transformer import DecoderBlock
 from .cases import (case_label, feed_in_chunks, labelled, randint, randn, random_sizes,
                     seeded_generator, seeded_module)
-from .runner import run_check
+from .runner import exercise_check, run_check
 
 __all__ = ['check_transformer_multiply_adds', 'check_cached_block_step']
 
@@ -88,6 +88,7 @@ _MULTIPLY_ADDS_MISTAKES = {
 }
 
 
+@exercise_check
 def check_transformer_multiply_adds(fn: Callable, seed: int = 0, hint: int = 1, *,
                                     verbose: bool = False) -> None:
     """fn(d_model, num_heads, ffn_hidden, num_layers, vocab_size, T_src, T_tgt) -> the
@@ -224,6 +225,7 @@ _CACHED_BLOCK_STEP_MISTAKES = {
 }
 
 
+@exercise_check
 def check_cached_block_step(fn: Callable, seed: int = 0, hint: int = 1, *,
                             verbose: bool = False) -> None:
     """fn(block, x, cache, enc_keys, enc_values, src_valid_lens) -> the outputs (B, T_new, d_model)

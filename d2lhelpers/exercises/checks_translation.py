@@ -12,7 +12,7 @@ from ..attention import sequence_mask
 from ..decoding import greedy_decode, sequence_log_prob
 from ..transformer import Transformer
 from .cases import case_label, randint, random_lengths, seeded_generator, seeded_module
-from .runner import run_check
+from .runner import exercise_check, run_check
 
 __all__ = ["check_cached_greedy_decode", "check_translation_log_prob"]
 
@@ -129,6 +129,7 @@ def _remembering_case(generator, B: int, max_len: int, bos: int, V_tgt: int):
     raise RuntimeError("no suitable random model found: change the seed")
 
 
+@exercise_check
 def check_cached_greedy_decode(fn: Callable, seed: int = 0, hint: int = 1, *,
                                verbose: bool = False) -> None:
     """fn(model, src, src_valid_lens, bos, eos, max_len) -> (B, T_out) greedy tokens, <bos> left
@@ -235,6 +236,7 @@ _TRANSLATION_LOG_PROB_MISTAKES = {
 }
 
 
+@exercise_check
 def check_translation_log_prob(fn: Callable, seed: int = 0, hint: int = 1, *,
                                verbose: bool = False) -> None:
     """fn(model, src, src_valid_lens, tokens, bos, eos) -> (log_probs, lengths), each (B,): the
