@@ -95,6 +95,54 @@ def without_head(after_projection=False, strided=False, queries=False, keep_only
     return ablate
 
 
+def zeroed_in_place(restore=False, hook_left=False):
+    """The head's columns of W_o zeroed in the layer itself (restored or not), or a hook on W_o
+    that is never removed: the result is right, the layer is left changed."""
+
+    def ablate(attention, X, head):
+        d_k = attention.d_k
+        if hook_left:
+            keep = torch.ones(attention.num_heads * d_k)
+            keep[head * d_k:(head + 1) * d_k] = 0.0
+            attention.W_o.register_forward_pre_hook(lambda layer, inputs: inputs[0] * keep)
+            return attention.step(X, d2lh.KVCache())
+        saved = attention.W_o.weight.detach().clone()
+        with torch.no_grad():
+            attention.W_o.weight[:, head * d_k:(head + 1) * d_k] = 0.0
+        out = attention.step(X, d2lh.KVCache())
+        if restore:
+            with torch.no_grad():
+                attention.W_o.weight.copy_(saved)
+        return out
+
+    return ablate
+
+
+def by_parts(rows=False, rotate=True):
+    """The layer computed from its parts (W_o has no bias), the head's output zeroed, or the
+    head's rows of W_o zeroed (rows=True), or without the rotation."""
+
+    def ablate(attention, X, head):
+        h, d_k = attention.num_heads, attention.d_k
+        Q, K, V = (attention.split_heads(layer(X)) for layer in
+                   (attention.W_q, attention.W_k, attention.W_v))
+        if rotate and attention.rotary is not None:
+            Q, K = attention.rotary(Q), attention.rotary(K)
+        T = X.shape[1]
+        scores = (Q @ K.transpose(-2, -1)) / math.sqrt(d_k)
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        heads = scores.softmax(-1) @ V  # (B, h, T, d_k)
+        weight = attention.W_o.weight.clone()
+        if rows:
+            weight[head * d_k:(head + 1) * d_k] = 0.0
+        else:
+            heads = heads.clone()
+            heads[:, head] = 0.0
+        return attention.merge_heads(heads) @ weight.T
+
+    return ablate
+
+
 CHECKS = {
     "check_induction_score": (induction_score(), {
         "the earlier copy itself (a duplicate-token score)": (induction_score(offset=0), "differ",
@@ -123,6 +171,12 @@ CHECKS = {
         "only that head kept": (without_head(keep_only=True), "differ", "keeps only that head"),
         "the next head zeroed": (without_head(shift=1), "differ", "the next one"),
         "no causal mask": (without_head(causal=False), "differ", "sees the future"),
+        "W_o's columns zeroed in place, never restored": (zeroed_in_place(), "changed its input",
+                                                          "~changed what it was given"),
+        "a hook left on W_o": (zeroed_in_place(hook_left=True), "a hook left on W_o",
+                               "~changed what it was given"),
+        "the head's rows of W_o zeroed": (by_parts(rows=True), "differ", "after W_o"),
+        "no rotation": (by_parts(rotate=False), "rotary positions", "not rotated"),
         "W_o left out": (without_head(project=False), "on input", "skips W_o"),
     }),
 }
@@ -130,7 +184,9 @@ CHECKS = {
 
 def test_subtracting_the_heads_term_is_right_too(capsys):
     check_head_ablation(without_head(subtract=True))
-    assert capsys.readouterr().out.startswith("Correct: ")
+    check_head_ablation(by_parts())
+    check_head_ablation(zeroed_in_place(restore=True))  # the layer as it was given, afterwards
+    assert capsys.readouterr().out.count("Correct: ") == 3
 
 
 def test_an_ideal_induction_head_scores_one():

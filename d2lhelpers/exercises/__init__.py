@@ -48,7 +48,8 @@ from .checks_multihead_attention import (check_per_head_weights, check_to_torch_
                                          check_packed_self_attention)
 from .checks_positional_encoding import (check_sinusoidal_table, check_offset_attention,
                                          check_relative_self_attention)
-from .checks_transformer import check_transformer_multiply_adds, check_cached_block_step
+from .checks_transformer import (check_sublayer_parameters, check_default_init_stds,
+                                 check_transformer_multiply_adds, check_cached_block_step)
 from .checks_translation import check_cached_greedy_decode, check_translation_log_prob
 from .checks_bahdanau_attention import check_gru_cell, check_luong_step
 from .checks_training_recipe import check_adam_steps, check_real_token_smoothing
@@ -76,6 +77,8 @@ __all__ = [
     "check_sinusoidal_table",
     "check_offset_attention",
     "check_relative_self_attention",
+    "check_sublayer_parameters",
+    "check_default_init_stds",
     "check_transformer_multiply_adds",
     "check_cached_block_step",
     "check_cached_greedy_decode",

@@ -146,11 +146,11 @@ def check_induction_score(fn: Callable, seed: int = 0, hint: int = 1, *,
 # A head taken out --------------------------------------------------------------------------------
 
 def _without_head(attention, X, head, zero="W_o's input", which="head", mask="causal",
-                  project=True):
+                  project=True, rotate=True):
     """Causal self-attention of ``attention`` on X (B, T, d_model), with ``head``'s output zeroed
     before W_o; right by default, each other value of an argument is a classic mistake. zero:
     "W_o's output" (the head's slice of the output features), "queries" (the head's queries
-    zeroed: uniform attention); which: "strided" (features head::h), "all but" (every other head
+    zeroed: uniform attention); rotate False: no rotary positions; which: "strided" (features head::h), "all but" (every other head
     zeroed), "next" (head + 1); mask None: no causal mask; project False: W_o left out."""
     B, T, d_model = X.shape
     h, d_k = attention.num_heads, attention.d_k
@@ -158,7 +158,7 @@ def _without_head(attention, X, head, zero="W_o's input", which="head", mask="ca
     Q = attention.split_heads(attention.W_q(X))  # (B, h, T, d_k)
     K = attention.split_heads(attention.W_k(X))
     Vs = attention.split_heads(attention.W_v(X))
-    if attention.rotary is not None:
+    if attention.rotary is not None and rotate:
         Q, K = attention.rotary(Q), attention.rotary(K)
     if zero == "queries":
         Q = Q.clone()
@@ -193,6 +193,8 @@ _HEAD_ABLATION_MISTAKES = {
     "Your zeros land after W_o, on the head's slice of the output features: a head's output is "
     "zeroed where it enters W_o, in W_o's input (the heads side by side), before the projection "
     "mixes the heads.": partial(_without_head, zero="W_o's output"),
+    "Your queries and keys are not rotated: the notebook's layers apply rotary positions "
+    "(attention.rotary) to both before the scores.": partial(_without_head, rotate=False),
     "Your head still writes: zeroing its queries (or its scores) makes its attention uniform, an "
     "average of the values, not nothing.": partial(_without_head, zero="queries"),
     "Your zeros take every h-th feature: head i owns the contiguous features i*d_k .. "
@@ -235,6 +237,10 @@ def check_head_ablation(fn: Callable, seed: int = 0, hint: int = 1, *,
     run_check("without_head", fn, cases, reference=_without_head,
               hints=("Where do the heads' outputs sit side by side before they are mixed? Set "
                      "the part that belongs to the head asked for to 0 there, and nowhere else.",
+                     "Head i owns features i*d_k .. (i+1)*d_k - 1 of W_o's input (B, T, h*d_k). "
+                     "Zero them there on the way in (a hook you remove afterwards), or subtract "
+                     "the head's own term from the whole layer's output; leave attention's "
+                     "weights and hooks as they were.",
                      "W_o's input (B, T, h*d_k) holds head i in features i*d_k .. (i+1)*d_k - 1: "
                      "either multiply it by a mask there (a forward pre-hook on attention.W_o, "
                      "removed afterwards), or compute the whole layer and subtract the head's "

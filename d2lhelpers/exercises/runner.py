@@ -942,7 +942,7 @@ def exercise_check(check: Callable) -> Callable:
             raise
         print(MODEL_ANSWER.format(check=check.__name__))
 
-    checked.__signature__ = inspect.signature(checked)  # with model_answer, not check's own
+    checked.__signature__ = inspect.signature(checked, follow_wrapped=False)  # model_answer too
     return checked
 
 
