@@ -60,7 +60,18 @@ def _not_a_rotation(result, x, positions) -> bool:
     return not torch.allclose(y.norm(dim=-1), x.norm(dim=-1), atol=1e-4, rtol=1e-4)
 
 
+def _float32_angles(result, x, positions) -> bool:
+    """Whether a float64 result for a float64 x is near the right one (within the error of
+    float32 angles at far positions) without being it: angles computed in float32."""
+    y = torch.as_tensor(result)
+    return (x.dtype == y.dtype == torch.float64 and bool(positions.abs().max() > 1000)
+            and bool(torch.allclose(y, apply_rotary(x, positions), atol=2e-2)))
+
+
 _ROTARY_AT_POSITIONS_MISTAKES = {
+    "Your angles are float32 (torch.arange(...) / d_k is float32 unless told otherwise): at far "
+    "positions they lose digits; compute the frequencies and angles in x's float64.":
+        Symptom(_float32_angles),
     "Your pairs are the two halves (feature j with feature j + d_k/2): here a pair is two "
     "neighbours, features 2j and 2j+1.": (
         partial(_wrong_rotary, pairs="halves"),
@@ -111,6 +122,10 @@ def check_rotary_at_positions(fn: Callable, seed: int = 0, hint: int = 1, *,
     run_check("rotary_at_positions", fn, cases, reference=apply_rotary,
               hints=("Which features form a pair, by how much does pair j turn at position m, and "
                      "in which direction? Does your angle use the positions you were given?",
+                     "Pair j is two neighbours, (x[..., 2j], x[..., 2j+1]); it turns by the angle "
+                     "positions[t] * omega_j, omega_j falling from 1 as j grows, in the direction "
+                     "of multiplying x_2j + i x_2j+1 by e^(i angle); the angles in the precision "
+                     "of x (float64 for a float64 x).",
                      "pair j is (x[..., 2j], x[..., 2j+1]) (neighbours, not the two halves); "
                      "its angle is positions[t] * omega_j with omega_j = 10000 ** (-2j / d_k); "
                      "y_2j = x_2j cos - x_2j+1 sin, y_2j+1 = x_2j sin + x_2j+1 cos (the complex "

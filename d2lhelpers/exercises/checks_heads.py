@@ -135,6 +135,10 @@ def check_induction_score(fn: Callable, seed: int = 0, hint: int = 1, *,
               hints=("For a query t, which keys hold the tokens that followed the earlier copies "
                      "of token t? Which queries count in the average, and is it one score per "
                      "head?",
+                     "Compare every query's token with every earlier token (s < t) of its own "
+                     "sequence; move each match one key to the right; the query's score is the "
+                     "weight its row puts on those keys. Average over the queries that have a "
+                     "match, all sequences together, separately for each head.",
                      "same = tokens[:, :, None] == tokens[:, None, :] (B, T_q, T_k); keep s < t "
                      "(torch.tril(..., diagonal=-1)); shift it one key to the right (key s + 1); "
                      "sum weights * shifted over the keys, (B, h, T); average over the queries "
