@@ -233,7 +233,8 @@ def _around_worst(value, got, expected, width: int) -> str | None:
     have, want = _as_tensor(got), _as_tensor(expected)
     if have is None or want is None or have.shape != want.shape or want.dim() == 0:
         return None
-    if _nested(np.asarray(_as_tensor(value).cpu().double()), width - 30) is not None:
+    if _nested(np.asarray(_as_tensor(value).cpu().double()),
+               width - len(_kind(value)) - 2) is not None:
         return None  # it fits whole: show it whole
     have, want = have.cpu().double(), want.cpu().double()
     same = (have == want) | (have.isnan() & want.isnan())
