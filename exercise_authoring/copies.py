@@ -110,9 +110,9 @@ _EXERCISES_TEXT = {
            "Colab): it has a place for each answer, and its checks judge your own code. Here each "
            "model answer opens on a click, and each check only confirms that the model answer "
            "passes."),
-    "zh": ("请在学生副本 [`exercises/{name}`]({link})（英文；徽章在 Colab 中打开它）中做这些练习："
-           "那里有写每个答案的位置，检查会评判你自己的代码。这里的参考答案点击后才展开，检查单元只确认"
-           "参考答案能通过。"),
+    "zh": ("请在这些练习的学生版 [`exercises/{name}`]({link})（英文；徽章在 Colab 中打开它）中"
+           "做练习：那里有写每个答案的位置，检查会评判你自己的代码。这里的参考答案点击后才展开，"
+           "检查单元格只确认参考答案能通过。"),
 }
 
 
