@@ -123,8 +123,8 @@ class CheckTests:
         assert torch.equal(torch.rand(3), expected)
 
     def test_every_check_gives_its_hints_in_steps(self, check):
-        """A nudge by default; with hint=2 a second, more specific step; the last step alone says
-        it gives the answer (a check of LADDERS has one step at least between nudge and answer)."""
+        """A nudge by default; with hint=2 a second, more specific step, not yet the answer; the
+        last step alone says it gives the answer."""
         function = getattr(exercises, check)
         parameters = inspect.signature(function).parameters
         assert list(parameters)[1:] == ["seed", "hint", "verbose", "model_answer"]
@@ -139,20 +139,12 @@ class CheckTests:
                                    r"verbose=True.\)$", messages[0])
         assert f"\nHint: {nudge}\nHint 2" in messages[1]
         steps = messages[-1].count("\nHint")
-        assert steps >= (3 if check in LADDERS else 2)
+        assert steps >= 3
         assert messages[-1].count("(the answer)") == 1
         assert re.search(rf"\nHint {steps} \(the\s+answer\):\s", messages[-1])
         assert f"(For the answer, run the check again with hint={steps};" in " ".join(
             messages[steps - 2].split())
         assert "(the answer)" not in messages[steps - 2]
-
-
-# The checks whose hints climb by a step between the nudge and the answer (the others go from the
-# nudge to the answer)
-LADDERS = {"check_sublayer_parameters", "check_default_init_stds",
-           "check_transformer_multiply_adds", "check_cached_block_step", "check_sparsemax",
-           "check_sliding_window_weights", "check_rotary_at_positions", "check_induction_score",
-           "check_head_ablation"}
 
 
 MAX_LINES = 15  # a failure's message, by default: about a screen

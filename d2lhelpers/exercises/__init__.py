@@ -18,7 +18,10 @@ returns on every case), says which input failed, what was expected and what came
 to fit on a screen (``verbose=True`` shows the values in full), and gives a hint; on success it
 prints one line. It raises :class:`ExerciseCheckFailed`, an ``AssertionError``, so that
 nbgrader counts a failed check as a failed test. ``seed`` draws other random cases; ``hint=2``
-shows the full hint instead of the first nudge. The hidden tests (between ``### BEGIN HIDDEN
+adds a step to the first nudge, and the last step (``hint=3``) gives the answer. A function that
+changes what it was given (a tensor, a layer's weights or hooks) fails and is told so. In a
+teaching notebook the call has ``model_answer=True``: the model answer is checked, and the check
+prints one line saying so, never a verdict the reader did not earn. The hidden tests (between ``### BEGIN HIDDEN
 TESTS`` and ``### END HIDDEN TESTS``, only in nbgrader's source notebooks, which ``python -m
 exercise_authoring source`` writes from the teaching notebooks) run each check again with
 ``seed=1`` through :func:`~.runner.check_afresh`, from a private copy of the package that nothing

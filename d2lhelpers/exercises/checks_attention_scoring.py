@@ -171,7 +171,8 @@ def _wrong_sparsemax(scores, order="descending", ks="from 1", support="k(z)", cl
         k = torch.arange(1, T + 1, dtype=scores.dtype)  # 1, ..., T
         cumulative = z.cumsum(dim=-1)
         size = (1 + k * z > cumulative).sum(dim=-1, keepdim=True)  # k(z): a prefix holds it
-        tau = (cumulative.gather(-1, size - 1 if ks == "from 1" else size) - float(minus_one)) / size
+        total = cumulative.gather(-1, size - 1 if ks == "from 1" else size)
+        tau = (total - float(minus_one)) / size
         if returned == "sorted":
             scores = z
     return torch.relu(scores - tau) if clip else scores - tau

@@ -248,6 +248,10 @@ def check_online_softmax_update(fn: Callable, seed: int = 0, hint: int = 1, *,
               hints=("Results 0, 1, 2 are the new m, l and acc. When the maximum grows, by what "
                      "factor must the sums made under the old maximum be multiplied? And what "
                      "must a query that has seen only -inf scores end with?",
+                     "The new maximum is the larger of the old one and the block's; the old sums "
+                     "were made under the old maximum, so each gets the factor exp(m - m_new) "
+                     "before the block's terms join them. A query whose maximum is still -inf "
+                     "must subtract 0, not -inf.",
                      "m_new = max(m, largest new score); p = exp(scores - m_new); both sums were "
                      "made with exp(score - m), so multiply l and acc by exp(m - m_new) before "
                      "adding p.sum(-1) and p @ values. While m_new is -inf, subtract 0 instead of "
@@ -432,6 +436,11 @@ def check_cached_gqa_self_attention(cls: type, seed: int = 0, hint: int = 1, *,
                      "keys and values cached at the end. At which positions are the new queries "
                      "and keys, which key-value head does query head i read, and which cached "
                      "positions may the i-th new position see?",
+                     "The new positions start at the number already cached; rotate the queries "
+                     "and keys (not the values) at those positions, append the new keys and "
+                     "values, let each group of h/g query heads read its key-value head, and "
+                     "give the i-th new position all cached positions up to and including its "
+                     "own.",
                      "offset = len(cache); project Q (B, h, T_new, d_k), K and V (B, g, T_new, d_k); "
                      "rotate Q and K (not V) with d2lh.apply_rotary at positions offset .. offset + "
                      "T_new - 1; cache.append(K, V); repeat the cached keys and values for the h/g "
@@ -571,6 +580,10 @@ def check_top_p_probs(fn: Callable, seed: int = 0, hint: int = 1, *,
               hints=("Sort each row's probabilities from the largest down: which tokens belong to "
                      "the nucleus, including the one that crosses top_p? Do the kept "
                      "probabilities sum to 1, and are they back at their tokens' places?",
+                     "From the softmax, sorted from the largest down, keep a token while the "
+                     "probability of the tokens before it is below top_p (the token that crosses "
+                     "it stays); then put the kept set back at its tokens' places and "
+                     "renormalise.",
                      "probs = torch.softmax(logits, -1); sorted, order = probs.sort(-1, "
                      "descending=True); keep a sorted token when the probability of the tokens "
                      "before it, sorted.cumsum(-1) - sorted, is below top_p (so the token that "

@@ -123,6 +123,9 @@ def check_sinusoidal_table(fn: Callable, seed: int = 0, hint: int = 1, *,
               hints=("Compare your table with the formula column by column: which columns hold "
                      "sines, which cosines, and which exponent does each pair use? Try an odd "
                      "width too.",
+                     "Sines in the even columns, cosines in the odd ones; pair j (columns 2j and "
+                     "2j + 1) turns at omega_j = 1 / 10000^(2j / d); for an odd d the last "
+                     "column is a sine with no cosine.",
                      "column 2j holds sin(i * omega_j) and column 2j+1 cos(i * omega_j), with "
                      "omega_j = 1 / 10000^(2j / d): the exponent uses 2j, the column index of the "
                      "sine. Interleave them (P[:, 0::2], P[:, 1::2]); with an odd d the last sine "
@@ -249,6 +252,10 @@ def check_offset_attention(fn: Callable, seed: int = 0, hint: int = 1, *,
               hints=("The key of position j must match the query of position j + delta. Which map "
                      "of section 4 turns p_j into p_(j+delta), also past the last row of P, and "
                      "which side does it turn: the keys or the queries?",
+                     "Section 4's rotation M_delta turns p_j into p_(j + delta), for any row; "
+                     "apply it to the keys (every row of P), then take the softmax over the keys "
+                     "of beta times the queries' dot products with them, without a mask or a "
+                     "sqrt(d).",
                      "build M_delta = torch.block_diag of the rotations by delta * omega_j "
                      "(omega_j = 1 / 10000^(2j/d)); keys = P @ M_delta.T (row j becomes "
                      "p_(j+delta)); weights = softmax(beta * P @ keys.T) over the keys, the last "
@@ -480,6 +487,9 @@ def check_relative_self_attention(cls: type, seed: int = 0, hint: int = 1, *,
                      "i and one key j, which entry of relative_bias belongs to them, also when "
                      "they are further apart than max_distance, and where in the computation is "
                      "it added?",
+                     "The offset is key minus query, j - i; clip it to +-max_distance and shift "
+                     "it to index relative_bias; add that (T, T) bias to the scaled scores, "
+                     "before the masked softmax.",
                      "build the (T, T) table of offsets j - i (key minus query), clip it to "
                      "[-max_distance, max_distance], shift it by max_distance to index "
                      "relative_bias, and add that bias to the scaled scores before "

@@ -258,6 +258,11 @@ def check_transformer_multiply_adds(fn: Callable, seed: int = 0, hint: int = 1, 
               hints=("Go through one block of each stack: which matrices does each position pass "
                      "through, how many query-key pairs does each attention score, and which "
                      "sequence gives the keys and values of the encoder-decoder attention?",
+                     "A linear layer costs its weights' count per position. An attention costs "
+                     "W_q and W_o on the queries' positions, W_k and W_v on the keys', plus the "
+                     "scores and the weighted sums, T_q T_k d_model each, whatever the number of "
+                     "heads or the mask. Every block of both stacks has its attentions and FFN; "
+                     "the output layer runs once.",
                      "a linear layer from a to b features costs a*b per position. An attention "
                      "with T_q queries over T_k keys: W_q and W_o on T_q positions, W_k and W_v "
                      "on T_k positions (d_model^2 each), then T_q*T_k*d_model for the scores and "
@@ -407,6 +412,11 @@ def check_cached_block_step(fn: Callable, seed: int = 0, hint: int = 1, *,
                   hints=("Which sublayer's input is normalised in pre-norm, and what does post-norm "
                          "normalise instead? Which positions may the i-th new position see, counting "
                          "those cached at earlier steps?",
+                         "Write the sublayer step once for both placements; in the masked "
+                         "self-attention, project the new keys and values from the same input as "
+                         "the queries, append them before attending, and let the i-th new "
+                         "position see every position cached before this step plus the new ones "
+                         "up to itself.",
                          "Per sublayer: post-norm is norm(x + f(x)), pre-norm x + f(norm(x)), chosen "
                          "by block.add_normN.norm_first. In the masked self-attention, append the new "
                          "positions' keys and values (projected from the same input as the queries) "

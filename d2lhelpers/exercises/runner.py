@@ -1,10 +1,12 @@
 """Running a check: the learner's function against a reference, on every case, and a failure
 message that teaches: the mistake by name when the check recognises it, the input that failed,
 the learner's own result against the expected one, and hints that nudge before they tell (the
-first step by default; ``hint=2`` on a check shows two).
+first step by default; ``hint=2`` on a check shows two; the last step, which gives the answer,
+says so). A function that leaves its inputs changed (a tensor, a layer's parameters, buffers,
+hooks or mode) fails, whatever its result, and the message says what it changed.
 
-A failure fits on a screen: inputs and results are summarised (kinds, shapes, a few values; where
-and how many values differ, and the worst of them); ``verbose=True`` shows them in full, and the
+A failure fits on a screen: inputs and results are summarised (kinds, shapes; where and how many
+values differ, the worst of them, and the values around it); ``verbose=True`` shows them in full, and the
 raised error keeps the full version in ``details`` either way.
 
 Mistakes are recognised by what the learner's function does, never guessed: each check passes a
