@@ -15,7 +15,7 @@ from d2lhelpers.exercises import check_head_ablation, checks_heads
 
 
 def induction_score(offset=1, every_query=False, copies="all", per_sequence=False,
-                    transposed=False, over_heads=False):
+                    transposed=False, over_heads=False, later_too=False, largest=False):
     """The induction score by loops, right by default; each argument names a mistake."""
 
     def score(weights, tokens):
@@ -24,17 +24,20 @@ def induction_score(offset=1, every_query=False, copies="all", per_sequence=Fals
         for b in range(B):
             total, count = torch.zeros(h, dtype=weights.dtype), 0
             for t in range(T):
-                copies_before = [s for s in range(t) if tokens[b, s] == tokens[b, t]]
+                copies_before = [s for s in range(T if later_too else t)
+                                 if tokens[b, s] == tokens[b, t] and s != t]
                 if copies == "last":
                     copies_before = copies_before[-1:]
                 elif copies == "first":
                     copies_before = copies_before[:1]
                 if copies_before or every_query:
                     count += 1
-                for s in copies_before:
-                    key = s + offset
-                    if 0 <= key < T:
-                        total += weights[b, :, key, t] if transposed else weights[b, :, t, key]
+                on_keys = [weights[b, :, key, t] if transposed else weights[b, :, t, key]
+                           for key in (s + offset for s in copies_before) if 0 <= key < T]
+                if on_keys and largest:
+                    total += torch.stack(on_keys).amax(0)
+                elif on_keys:
+                    total += sum(on_keys)
             totals.append(total)
             counts.append(count)
         if per_sequence:
@@ -118,9 +121,10 @@ def zeroed_in_place(restore=False, hook_left=False):
     return ablate
 
 
-def by_parts(rows=False, rotate=True):
+def by_parts(rows=False, rotate=True, mean=False):
     """The layer computed from its parts (W_o has no bias), the head's output zeroed, or the
-    head's rows of W_o zeroed (rows=True), or without the rotation."""
+    head's rows of W_o zeroed (rows=True), or without the rotation, or replaced by its mean over
+    the batch and the positions (mean=True: mean ablation)."""
 
     def ablate(attention, X, head):
         h, d_k = attention.num_heads, attention.d_k
@@ -137,7 +141,7 @@ def by_parts(rows=False, rotate=True):
             weight[head * d_k:(head + 1) * d_k] = 0.0
         else:
             heads = heads.clone()
-            heads[:, head] = 0.0
+            heads[:, head] = heads[:, head].mean((0, 1), keepdim=True)[0] if mean else 0.0
         return attention.merge_heads(heads) @ weight.T
 
     return ablate
@@ -158,6 +162,10 @@ CHECKS = {
         "each sequence averaged first": (induction_score(per_sequence=True), "two sequences",
                                          "averages each sequence first"),
         "weights read transposed": (induction_score(transposed=True), "differ", "transposed"),
+        "later copies counted too": (induction_score(later_too=True), "differ",
+                                     "copies that come later"),
+        "the largest weight, not the sum": (induction_score(largest=True),
+                                            "a token seen twice before", "largest weight"),
         "averaged over the heads": (induction_score(over_heads=True), "on input",
                                     "averaged over the heads"),
         "the before-copy score averaged over every query": (
@@ -177,6 +185,7 @@ CHECKS = {
                                "~changed what it was given"),
         "the head's rows of W_o zeroed": (by_parts(rows=True), "differ", "after W_o"),
         "no rotation": (by_parts(rotate=False), "rotary positions", "not rotated"),
+        "mean ablation": (by_parts(mean=True), "differ", "mean ablation"),
         "W_o left out": (without_head(project=False), "on input", "skips W_o"),
     }),
 }

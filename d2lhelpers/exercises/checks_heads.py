@@ -18,19 +18,24 @@ __all__ = ["check_induction_score", "check_head_ablation"]
 # The induction score -----------------------------------------------------------------------------
 
 def _induction_score(weights, tokens, target=1, queries="with an earlier copy",
-                     occurrences="all", average="pooled", read="rows"):
+                     occurrences="all", average="pooled", read="rows", copies="earlier",
+                     combine="sum"):
     """Per head (h,), the weight a query puts on the tokens that followed the earlier copies of
     its own token, averaged over the queries whose token occurred earlier; right by default, each
     other value of an argument is a classic mistake. target: the key's offset from the earlier
     copy (1: the token after it; 0: the copy itself; -1: the token before it); queries "all":
     every query in the average; occurrences "last" or "first": one earlier copy only; average
-    "per sequence": each sequence's mean first; read "columns": the weights transposed."""
+    "per sequence": each sequence's mean first; read "columns": the weights transposed; copies
+    "anywhere": copies later in the sequence count too; combine "max": the largest weight on the
+    tokens after the copies instead of their sum."""
     B, h, T, _ = weights.shape
     if read == "columns":
         weights = weights.transpose(-2, -1)
     positions = torch.arange(T)
     same = tokens[:, :, None] == tokens[:, None, :]  # (B, T_q, T_k): the same token
     earlier = same & (positions[None, :] < positions[:, None])  # key s before query t
+    if copies == "anywhere":
+        earlier = same & (positions[None, :] != positions[:, None])
     if occurrences != "all":
         index = torch.arange(T).expand(B, T, T)
         masked = torch.where(earlier, index, -1 if occurrences == "last" else T)
@@ -44,7 +49,8 @@ def _induction_score(weights, tokens, target=1, queries="with an earlier copy",
     counted = earlier.any(-1)  # (B, T): queries whose token occurred before
     if queries == "all":
         counted = torch.ones_like(counted)
-    per_query = (weights * targets[:, None].to(weights.dtype)).sum(-1)  # (B, h, T)
+    on_targets = weights * targets[:, None].to(weights.dtype)
+    per_query = on_targets.amax(-1) if combine == "max" else on_targets.sum(-1)  # (B, h, T)
     per_query = per_query * counted[:, None].to(weights.dtype)
     if average == "per sequence":
         return (per_query.sum(-1) / counted.sum(-1, keepdim=True)).mean(0)
@@ -75,6 +81,10 @@ _INDUCTION_SCORE_MISTAKES = {
     "Your score counts only the first earlier copy: a token seen twice before has two tokens "
     "that followed it, and the weight on both counts.":
         partial(_induction_score, occurrences="first"),
+    "Your score counts copies that come later in the sequence: a query can look back only, so "
+    "only the copies before it (s < t) count.": partial(_induction_score, copies="anywhere"),
+    "Your score takes the largest weight on the tokens after the earlier copies: a query's score "
+    "is their sum.": partial(_induction_score, combine="max"),
     "Your score averages each sequence first: average over all the counted queries of the "
     "batch together, so that each query weighs the same.":
         partial(_induction_score, average="per sequence"),
@@ -150,11 +160,13 @@ def check_induction_score(fn: Callable, seed: int = 0, hint: int = 1, *,
 # A head taken out --------------------------------------------------------------------------------
 
 def _without_head(attention, X, head, zero="W_o's input", which="head", mask="causal",
-                  project=True, rotate=True):
+                  project=True, rotate=True, replace="zeros"):
     """Causal self-attention of ``attention`` on X (B, T, d_model), with ``head``'s output zeroed
     before W_o; right by default, each other value of an argument is a classic mistake. zero:
     "W_o's output" (the head's slice of the output features), "queries" (the head's queries
-    zeroed: uniform attention); rotate False: no rotary positions; which: "strided" (features head::h), "all but" (every other head
+    zeroed: uniform attention); rotate False: no rotary positions; replace "mean" or "batch
+    mean": the head's output replaced by its mean over the positions (and the batch: mean
+    ablation), not zeroed; which: "strided" (features head::h), "all but" (every other head
     zeroed), "next" (head + 1); mask None: no causal mask; project False: W_o left out."""
     B, T, d_model = X.shape
     h, d_k = attention.num_heads, attention.d_k
@@ -179,7 +191,10 @@ def _without_head(attention, X, head, zero="W_o's input", which="head", mask="ca
         keep[chosen * d_k:(chosen + 1) * d_k] = 1.0
     else:
         keep[chosen * d_k:(chosen + 1) * d_k] = 0.0
-    if zero == "W_o's input":
+    if zero == "W_o's input" and replace != "zeros":
+        axes = (1,) if replace == "mean" else (0, 1)
+        merged = merged * keep + merged.mean(axes, keepdim=True) * (1 - keep)
+    elif zero == "W_o's input":
         merged = merged * keep
     if not project:
         return merged
@@ -205,6 +220,9 @@ _HEAD_ABLATION_MISTAKES = {
     "(i+1)*d_k - 1 of W_o's input.": partial(_without_head, which="strided"),
     "Your layer keeps only that head: the others stay, and the head asked for goes.":
         partial(_without_head, which="all but"),
+    "Your head's output is replaced by its mean (mean ablation): the task takes the head out, "
+    "its output set to 0.": (partial(_without_head, replace="mean"),
+                             partial(_without_head, replace="batch mean")),
     "Your zeroed head is the next one: heads are numbered from 0.":
         partial(_without_head, which="next"),
     "Your attention sees the future: the layer is causal, query t reads keys 0 .. t.":

@@ -6,8 +6,8 @@ says so). A function that leaves its inputs changed (a tensor, a layer's paramet
 hooks or mode) fails, whatever its result, and the message says what it changed.
 
 A failure fits on a screen: inputs and results are summarised (kinds, shapes; where and how many
-values differ, the worst of them, and the values around it); ``verbose=True`` shows them in full, and the
-raised error keeps the full version in ``details`` either way.
+values differ, the worst of them, and the values around it); ``verbose=True`` shows them in full,
+and the raised error keeps the full version in ``details`` either way.
 
 Mistakes are recognised by what the learner's function does, never guessed: each check passes a
 catalogue of the classic mistakes of its exercise (``mistakes``), each a wrong reference (what the
