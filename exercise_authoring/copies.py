@@ -95,24 +95,24 @@ BADGE = re.compile(r"(\[!\[Open In Colab\]\(https://colab\.research\.google\.com
 # A teaching notebook shows no verdict its reader did not earn: its check cells call the check
 # with model_answer=True (``update`` adds it, ``copies`` and ``source`` remove it), collapsed, and
 # their stored output is this line (the same as d2lhelpers.exercises.runner.MODEL_ANSWER).
-MODEL_ANSWER, MODEL_ANSWER_OUTPUT = ", model_answer=True", ("✓ the model answer passes {check}; try "
-                                                            "yours in the student copy")
+MODEL_ANSWER = ", model_answer=True"
+MODEL_ANSWER_OUTPUT = "✓ the model answer passes {check}; try yours in the student copy"
 _MODEL_ANSWER_CALL = re.compile(rf"^(d2lh\.exercises\.check_\w+\(\w+){re.escape(MODEL_ANSWER)}\)",
                                 re.MULTILINE)
 # The line at the top of a teaching notebook's "## Exercises" section that says where to try them:
 # the student copy's Open-in-Colab badge first (so that, like the edition line, the Chinese
 # edition writes its own form instead of translating it), then the copy.
 EXERCISES_HEADING = re.compile(r"^## Exercises[ \t]*$", re.MULTILINE)
-EXERCISES_LINE = re.compile(r"^\[!\[Open In Colab\]\([^)\s]+\)\]\([^)\s]+/exercises/[^)\s]+\.ipynb\) "
-                            r"[^\n]*$", re.MULTILINE)
+EXERCISES_LINE = re.compile(r"^\[!\[Open In Colab\]\([^)\s]+\)\]"
+                            r"\([^)\s]+/exercises/[^)\s]+\.ipynb\) [^\n]*$", re.MULTILINE)
 _EXERCISES_TEXT = {
     "en": ("Try them in their student copy, [`exercises/{name}`]({link}) (the badge opens it on "
            "Colab): it has a place for each answer, and its checks judge your own code. Here each "
            "model answer opens on a click, and each check only confirms that the model answer "
            "passes."),
-    "zh": ("请在这些练习的学生版 [`exercises/{name}`]({link})（英文；徽章在 Colab 中打开它）中"
-           "做练习：那里有写每个答案的位置，检查会评判你自己的代码。这里的参考答案点击后才展开，"
-           "检查单元格只确认参考答案能通过。"),
+    "zh": ("请在这些练习的学生版 [`exercises/{name}`]({link})（英文；徽章在 Colab 中打开"
+           "它）中做练习：那里有写每个答案的位置，检查会评判你自己的代码。这里的参考答案点击后"
+           "才展开，检查单元格只确认参考答案能通过。"),
 }
 
 
@@ -169,7 +169,8 @@ def student_notebook(notebook: dict, keep_solutions: bool = False,
             if cell["cell_type"] == "code" and (has_solution(source_of(cell))
                                                 or _MODEL_ANSWER_CALL.search(source_of(cell))):
                 expand(cell)  # where the learner writes, and the check of what they wrote
-            cell["source"] = without_model_answer(student_source(source_of(cell), cell["cell_type"]))
+            cell["source"] = without_model_answer(student_source(source_of(cell),
+                                                                 cell["cell_type"]))
             if cell["cell_type"] == "markdown":
                 cell["source"] = without_exercises_line(cell["source"])
                 cell["source"], found = BADGE.subn(

@@ -152,8 +152,10 @@ def _with_exercises_line(cell: dict, path: Path) -> None:
     if heading is None:
         return
     rest = source[heading.end():].lstrip("\n")
-    rest = EXERCISES_LINE.sub("", rest, count=1).lstrip("\n") if EXERCISES_LINE.match(rest) else rest
-    cell["source"] = f"{heading.group(0)}\n\n{exercises_line(path)}" + (f"\n\n{rest}" if rest else "")
+    if EXERCISES_LINE.match(rest):  # written before: written again
+        rest = EXERCISES_LINE.sub("", rest, count=1).lstrip("\n")
+    cell["source"] = (f"{heading.group(0)}\n\n{exercises_line(path)}"
+                      + (f"\n\n{rest}" if rest else ""))
 
 
 def updated_notebook(notebook: dict, project: Project, path: Path | None = None) -> dict:

@@ -20,7 +20,6 @@ the one of some wrong answer; and so on.
 from __future__ import annotations
 
 import inspect
-import math
 import re
 
 import pytest
@@ -56,7 +55,8 @@ class CheckTests:
         assert line.startswith("Correct: ") and line.endswith(" checks.\n")
         assert line.count("\n") == 1
         getattr(exercises, check)(right, seed=seed, model_answer=True)
-        assert capsys.readouterr().out == f"✓ the model answer passes {check}; try yours in the student copy\n"
+        assert capsys.readouterr().out == (f"✓ the model answer passes {check}; try yours in the "
+                                           "student copy\n")
 
     def diagnosis_of(self, check, mistake) -> str | None:
         """The sentence of the catalogue that the table says names ``mistake`` (None: none; a

@@ -127,7 +127,7 @@ def by_parts(rows=False, rotate=True, mean=False):
     the batch and the positions (mean=True: mean ablation)."""
 
     def ablate(attention, X, head):
-        h, d_k = attention.num_heads, attention.d_k
+        d_k = attention.d_k
         Q, K, V = (attention.split_heads(layer(X)) for layer in
                    (attention.W_q, attention.W_k, attention.W_v))
         if rotate and attention.rotary is not None:

@@ -70,8 +70,10 @@ def test_large_values_are_summarised_where_they_differ_and_fit_on_a_screen():
     message = str(failure.value)
     assert "399 of 400 values differ; the largest difference at\nindex (399,): expected 798, got 1197." in message
     # the values shown are those around the largest difference, not the first ones
-    assert "\n  expected: tensor (400,) float32, at [394:400]: [788, 790, 792, 794, 796, 798]\n" in message
-    assert "\n  got:      tensor (400,) float32, at [394:400]: [1182, 1185, 1188, 1191, 1194, 1197]\n" in message
+    assert ("\n  expected: tensor (400,) float32, at [394:400]: [788, 790, 792, 794, 796, 798]\n"
+            in message)
+    assert ("\n  got:      tensor (400,) float32, at [394:400]: [1182, 1185, 1188, 1191, 1194, "
+            "1197]\n") in message
     assert message.count("\n") + 1 <= 15 and max(map(len, message.split("\n"))) <= 100
     with pytest.raises(ExerciseCheckFailed) as full:
         run_check("double", lambda x: 3 * x, [("400 numbers", (torch.arange(400.0),))], lambda x: 2 * x,
@@ -106,8 +108,9 @@ def test_hints_nudge_first_and_tell_only_on_request():
 
     assert failure(1).endswith("\nHint: which axis?\n(For the answer, run the check again "
                                "with hint=2; for the values in full, verbose=True.)")
-    assert failure(2).endswith("\nHint: which axis?\nHint 2 (the answer): the last one: dim=-1\n(For "
-                               "the values in full, run the check again with verbose=True.)")
+    assert failure(2).endswith("\nHint: which axis?\nHint 2 (the answer): the last one: "
+                               "dim=-1\n(For the values in full, run the check again with "
+                               "verbose=True.)")
     assert failure(5).endswith("\nHint 2 (the answer): the last one: dim=-1\n(For the values in "
                                "full, run the check again with verbose=True.)")
     with pytest.raises(ExerciseCheckFailed) as ladder:  # a step between the nudge and the answer
@@ -294,11 +297,12 @@ def test_a_function_that_changes_a_layer_it_was_given_fails_even_with_the_right_
     def switches_the_mode(layer, x):
         return layer.eval()(x) - layer.bias
 
-    for fn, what in ((zeroes_the_bias, "layer (its bias)"), (leaves_a_hook, "layer (a hook left on itself)"),
+    for fn, what in ((zeroes_the_bias, "layer (its bias)"),
+                     (leaves_a_hook, "layer (a hook left on itself)"),
                      (switches_the_mode, "layer (its mode (evaluation now))")):
         failure = run(fn)
-        assert f"changed its input in place on input a linear layer: {what}; its result itself is right." in " ".join(
-            str(failure).split())
+        assert (f"changed its input in place on input a linear layer: {what}; its result itself "
+                "is right.") in " ".join(str(failure).split())
         assert failure.diagnosis.startswith(f"Your function changed what it was given, {what}")
         assert "expected:" not in str(failure)
 

@@ -21,12 +21,12 @@ nbgrader counts a failed check as a failed test. ``seed`` draws other random cas
 adds a step to the first nudge, and the last step (``hint=3``) gives the answer. A function that
 changes what it was given (a tensor, a layer's weights or hooks) fails and is told so. In a
 teaching notebook the call has ``model_answer=True``: the model answer is checked, and the check
-prints one line saying so, never a verdict the reader did not earn. The hidden tests (between ``### BEGIN HIDDEN
-TESTS`` and ``### END HIDDEN TESTS``, only in nbgrader's source notebooks, which ``python -m
-exercise_authoring source`` writes from the teaching notebooks) run each check again with
-``seed=1`` through :func:`~.runner.check_afresh`, from a private copy of the package that nothing
-the learner's code patched can reach; they print nothing when they pass (the visible check has said
-"Correct" already).
+prints one line saying so, never a verdict the reader did not earn. The hidden tests (between
+``### BEGIN HIDDEN TESTS`` and ``### END HIDDEN TESTS``, only in nbgrader's source notebooks,
+which ``python -m exercise_authoring source`` writes from the teaching notebooks) run each check
+again with ``seed=1`` through :func:`~.runner.check_afresh`, from a private copy of the package
+that nothing the learner's code patched can reach; they print nothing when they pass (the visible
+check has said "Correct" already).
 
 In a student copy the solution is a stub that raises :class:`~.stubs.NotWrittenYet`; a check
 that meets it says "not implemented yet", and any other cell that calls the function says, in two

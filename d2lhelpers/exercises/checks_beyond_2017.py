@@ -10,7 +10,7 @@ from functools import partial
 
 import torch
 
-from ..attention import (KVCache, MultiHeadAttention, causal_valid_lens, masked_softmax,
+from ..attention import (MultiHeadAttention, causal_valid_lens, masked_softmax,
                          online_softmax_update, sequence_mask)
 from ..decoding import next_token_probs
 from ..positional import apply_rotary

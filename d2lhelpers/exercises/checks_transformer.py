@@ -4,7 +4,6 @@ and a decoder block's cached step. (The Transformer itself is in d2lhelpers.tran
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable
 from functools import partial
 
@@ -184,7 +183,8 @@ def _multiply_adds(d_model, num_heads, ffn_hidden, num_layers, vocab_size, T_src
     blocks = [1 if part in once else N for part in range(3)]
     counts = (blocks[0] * attention(T_src, T_src, T_src * T_src),
               blocks[1] * attention(T_tgt, T_tgt, unmasked),
-              blocks[2] * attention(T_tgt if cross_queries == "target" else T_src, kv_length, pairs),
+              blocks[2] * attention(T_tgt if cross_queries == "target" else T_src, kv_length,
+                                    pairs),
               N * ffn_matrices * d * ffn_hidden * ffn_positions,
               {"once": 1, "none": 0, "per block": N}[output] * T_tgt * d * vocab_size)
     return tuple(2 * c if per == "FLOP" else c for c in counts)

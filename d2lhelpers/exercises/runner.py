@@ -780,9 +780,10 @@ def _message(diagnosis, head, args, names, expected, got, hints, hint, verbose,
                            " " * 12))
         if expected is not None:
             label, got, expected = _differing_part(got, expected, *tolerance)
-            for what, value in (("expected", expected), ("got", got)):
-                at = _around_worst(value, got, expected, _VALUES_WIDTH - len(label))
-                lines.append(f"  {what + ':':9} {label}{at or _brief(value, _VALUES_WIDTH - len(label))}")
+            room = _VALUES_WIDTH - len(label)
+            for what, value in (("expected", expected), ("got", got)):  # where they differ most
+                shown = _around_worst(value, got, expected, room) or _brief(value, room)
+                lines.append(f"  {what + ':':9} {label}{shown}")
     return "\n".join(lines) + _hints_text(hints, hint, verbose)
 
 
