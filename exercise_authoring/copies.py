@@ -27,8 +27,11 @@ __all__ = [
     "END_HIDDEN_TESTS",
     "END_SOLUTION",
     "COLLAPSE_TAG",
+    "EXERCISES_LINE",
+    "MODEL_ANSWER_OUTPUT",
     "STUB",
     "collapse",
+    "exercises_line",
     "expand",
     "has_solution",
     "notebook_text",
@@ -89,6 +92,43 @@ BADGE = re.compile(r"(\[!\[Open In Colab\]\(https://colab\.research\.google\.com
                    r"colab-badge\.svg\)\])\((https://colab\.research\.google\.com/github/[^)\s]+)\)")
 
 
+# A teaching notebook shows no verdict its reader did not earn: its check cells call the check
+# with model_answer=True (``update`` adds it, ``copies`` and ``source`` remove it), collapsed, and
+# their stored output is this line (the same as d2lhelpers.exercises.runner.MODEL_ANSWER).
+MODEL_ANSWER = ", model_answer=True"
+MODEL_ANSWER_OUTPUT = "✓ the model answer passes {check}; try yours in the student copy"
+_MODEL_ANSWER_CALL = re.compile(rf"^(d2lh\.exercises\.check_\w+\(\w+){re.escape(MODEL_ANSWER)}\)",
+                                re.MULTILINE)
+# The line at the top of a teaching notebook's "## Exercises" section that says where to try them:
+# the student copy's Open-in-Colab badge first (so that, like the edition line, the Chinese
+# edition writes its own form instead of translating it), then the copy.
+EXERCISES_HEADING = re.compile(r"^## Exercises[ \t]*$", re.MULTILINE)
+EXERCISES_LINE = re.compile(r"^\[!\[Open In Colab\]\([^)\s]+\)\]"
+                            r"\([^)\s]+/exercises/[^)\s]+\.ipynb\) [^\n]*$", re.MULTILINE)
+_EXERCISES_TEXT = {
+    "en": ("Try them in their student copy, [`exercises/{name}`]({link}) (the badge opens it on "
+           "Colab): it has a place for each answer, and its checks judge your own code. Here each "
+           "model answer opens on a click, and each check only confirms that the model answer "
+           "passes."),
+    "zh": ("请在这些练习的学生版 [`exercises/{name}`]({link})（英文；徽章在 Colab 中打开"
+           "它）中做练习：那里有写每个答案的位置，检查会评判你自己的代码。这里的参考答案点击后"
+           "才展开，检查单元格只确认参考答案能通过。"),
+}
+
+
+def exercises_line(notebook_path: Path, language: str = "en") -> str:
+    """The line under a teaching notebook's "## Exercises" heading: the Open-in-Colab badge of
+    its student copy (the URL of the copy's own badge) and a relative link to the copy, from the
+    English notebook or (``language`` "zh") from its Chinese edition, one folder down."""
+    path = Path(notebook_path)
+    project = find_project(path.parent)
+    copy_path = project.root / "exercises" / path.name
+    link = ("../" if language == "en" else "../../") + f"exercises/{path.name}"
+    badge = "https://colab.research.google.com/assets/colab-badge.svg"
+    return (f"[![Open In Colab]({badge})]({project.colab_url(copy_path)}) "
+            + _EXERCISES_TEXT[language].format(name=path.name, link=link))
+
+
 def has_solution(source: str) -> bool:
     """Whether a cell's source holds a solution region (a line with nbgrader's "BEGIN SOLUTION")."""
     return _BEGIN in source
@@ -126,10 +166,13 @@ def student_notebook(notebook: dict, keep_solutions: bool = False,
     badges = 0
     for cell in notebook["cells"]:
         if not keep_solutions and cell["cell_type"] in ("code", "markdown"):
-            if cell["cell_type"] == "code" and has_solution(source_of(cell)):
-                expand(cell)
-            cell["source"] = student_source(source_of(cell), cell["cell_type"])
+            if cell["cell_type"] == "code" and (has_solution(source_of(cell))
+                                                or _MODEL_ANSWER_CALL.search(source_of(cell))):
+                expand(cell)  # where the learner writes, and the check of what they wrote
+            cell["source"] = without_model_answer(student_source(source_of(cell),
+                                                                 cell["cell_type"]))
             if cell["cell_type"] == "markdown":
+                cell["source"] = without_exercises_line(cell["source"])
                 cell["source"], found = BADGE.subn(
                     lambda m: f"{m.group(1)}({colab_url})" if colab_url else "", cell["source"])
                 cell["source"] = OTHER_EDITION.sub("", cell["source"])
@@ -139,6 +182,18 @@ def student_notebook(notebook: dict, keep_solutions: bool = False,
     if not keep_solutions and badges == 0:
         raise ValueError("notebook must have an Open-in-Colab badge for the copy to replace")
     return notebook
+
+
+def without_model_answer(source: str) -> str:
+    """A check cell's source with ``model_answer=True`` taken out of its calls: what a learner
+    runs prints the verdict on their own code."""
+    return _MODEL_ANSWER_CALL.sub(r"\1)", source)
+
+
+def without_exercises_line(source: str) -> str:
+    """A markdown cell's source without the line that says where to try the exercises (a copy
+    is that place)."""
+    return re.sub(r"\n\n" + EXERCISES_LINE.pattern.lstrip("^"), "", source, flags=re.MULTILINE)
 
 
 def notebook_text(notebook: dict) -> str:

@@ -22,9 +22,17 @@ from .copies import (
     COLLAPSE_TAG,
     END_ANSWER,
     END_HIDDEN_TESTS,
+    EXERCISES_HEADING,
+    EXERCISES_LINE,
+    MODEL_ANSWER,
+    MODEL_ANSWER_OUTPUT,
     OTHER_EDITION,
     collapse,
+    exercises_line,
+    expand,
     source_of,
+    without_exercises_line,
+    without_model_answer,
 )
 from .nbgrader_metadata import SETUP_HEADER, nbgrader_role, with_nbgrader_metadata
 from .project import Project, find_project
@@ -39,7 +47,9 @@ __all__ = [
     "updated_notebook",
 ]
 
-_VISIBLE_CALL = re.compile(r"^d2lh\.exercises\.(check_\w+)\((\w+)\)[ \t]*$", re.MULTILINE)
+_VISIBLE_CALL = re.compile(rf"^d2lh\.exercises\.(check_\w+)\((\w+)(?:{re.escape(MODEL_ANSWER)})?\)"
+                           r"[ \t]*$", re.MULTILINE)
+_CALLED = r"check_\w+\(\w+"  # the start of a visible call: check_x(fn
 _HIDDEN_REGION = re.compile(r"\n?^[ \t]*### BEGIN HIDDEN TESTS[^\n]*\n.*?^[ \t]*### END HIDDEN TESTS"
                             r"[^\n]*$", re.MULTILINE | re.DOTALL)
 # nbval's comment markers (a comment line of its own, e.g. "# NBVAL_IGNORE_OUTPUT"); nbval reads
@@ -122,6 +132,32 @@ def _answer_behind_a_click(source: str) -> str:
     return _ANSWER_REGION.sub(wrap, source)
 
 
+def _model_answer_checked(cell: dict) -> None:
+    """A check cell as a teaching notebook shows it: its calls with ``model_answer=True``,
+    collapsed, and its output the line that each such call prints (the reader has run nothing:
+    the model answer passes, and the student copy is where their own code gets its verdict)."""
+    calls = check_calls(source_of(cell))
+    cell["source"] = re.sub(rf"^(d2lh\.exercises\.{_CALLED})\)", rf"\1{MODEL_ANSWER})",
+                            without_model_answer(source_of(cell)), flags=re.MULTILINE)
+    collapse(cell)
+    text = "".join(MODEL_ANSWER_OUTPUT.format(check=check) + "\n" for check, _ in calls)
+    cell["outputs"] = [{"name": "stdout", "output_type": "stream", "text": text}]
+
+
+def _with_exercises_line(cell: dict, path: Path) -> None:
+    """The line saying where to try the exercises, written (or rewritten) right under the
+    "## Exercises" heading of a markdown cell that starts with it."""
+    source = source_of(cell)
+    heading = EXERCISES_HEADING.match(source)
+    if heading is None:
+        return
+    rest = source[heading.end():].lstrip("\n")
+    if EXERCISES_LINE.match(rest):  # written before: written again
+        rest = EXERCISES_LINE.sub("", rest, count=1).lstrip("\n")
+    cell["source"] = (f"{heading.group(0)}\n\n{exercises_line(path)}"
+                      + (f"\n\n{rest}" if rest else ""))
+
+
 def updated_notebook(notebook: dict, project: Project, path: Path | None = None) -> dict:
     """The teaching notebook ``notebook`` (nbformat JSON as a dict) with its setup cell rewritten
     from the template, hidden tests removed from its check cells, nbval's comment markers moved
@@ -136,6 +172,8 @@ def updated_notebook(notebook: dict, project: Project, path: Path | None = None)
 
         notebook = with_edition_line(path, notebook)
     for cell in notebook["cells"]:
+        if cell["cell_type"] == "markdown" and path is not None:
+            _with_exercises_line(cell, path)
         if cell["cell_type"] == "markdown":
             source = source_of(cell)
             hidden = _answer_behind_a_click(_answer_markers_hidden(source))
@@ -158,6 +196,7 @@ def updated_notebook(notebook: dict, project: Project, path: Path | None = None)
             raise ValueError("a check cell must call d2lh.exercises.check_<name>(<function>) on "
                              f"a line of its own, got:\n{source}")
         cell["source"] = _HIDDEN_REGION.sub("", source).rstrip("\n")
+        _model_answer_checked(cell)
     return with_nbgrader_metadata(notebook)
 
 
@@ -165,15 +204,19 @@ def nbgrader_source_notebook(notebook: dict, project: Project) -> dict:
     """nbgrader's source notebook of the teaching notebook ``notebook``: the notebook as ``update``
     writes it, with the hidden tests (:func:`hidden_tests_source`) below the calls of every check
     cell. nbgrader records these cells, hidden tests included, when it generates the assignment,
-    releases them without the hidden tests, and grades with the recorded cells. The link to the
-    Chinese edition is dropped (it would open the solutions), as in the student copies."""
+    releases them without the hidden tests, and grades with the recorded cells. As in the student
+    copies, the link to the Chinese edition is dropped (it would open the solutions), and so is
+    the line pointing to the student copy; the check cells, without ``model_answer=True``, are
+    expanded and print the learner's own verdict."""
     notebook = updated_notebook(notebook, project)
     for cell in notebook["cells"]:
         if cell["cell_type"] == "markdown":  # no link to the Chinese edition, with its solutions
-            cell["source"] = OTHER_EDITION.sub("", source_of(cell))
+            cell["source"] = without_exercises_line(OTHER_EDITION.sub("", source_of(cell)))
         if cell["cell_type"] == "code" and (nbgrader_role(cell) or ("",))[0] == "check":
-            source = source_of(cell)
+            source = without_model_answer(source_of(cell))  # the learner's verdict, expanded
+            expand(cell)
             cell["source"] = source + "\n" + hidden_tests_source(check_calls(source))
+            cell["outputs"] = []
     return notebook
 
 

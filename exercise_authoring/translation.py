@@ -38,7 +38,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from .copies import BADGE, notebook_text, source_of
+from .copies import BADGE, EXERCISES_LINE, exercises_line, notebook_text, source_of
 from .project import find_project
 
 __all__ = [
@@ -355,8 +355,9 @@ def translated_notebook(notebook_path: Path, notebook: dict, catalogue_text: str
                 continue
             if _is_edition_line(block.text, page=True) and _is_page(notebook_path):
                 new = [f"[English]({Path(notebook_path).name}) · 中文"]
-            elif _is_edition_line(block.text) and not _is_page(notebook_path):
-                new = [edition_line(notebook_path, "zh")]
+            elif _is_edition_line(block.text) and not _is_page(notebook_path):  # or the exercises'
+                new = [exercises_line(notebook_path, "zh") if EXERCISES_LINE.match(block.text)
+                       else edition_line(notebook_path, "zh")]
             else:
                 text = translations.get(block.text, block.text)
                 images = iter(_DATA_URI.findall("\n".join(lines[block.start:block.end])))

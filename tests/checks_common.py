@@ -20,7 +20,6 @@ the one of some wrong answer; and so on.
 from __future__ import annotations
 
 import inspect
-import math
 import re
 
 import pytest
@@ -55,6 +54,9 @@ class CheckTests:
         line = capsys.readouterr().out
         assert line.startswith("Correct: ") and line.endswith(" checks.\n")
         assert line.count("\n") == 1
+        getattr(exercises, check)(right, seed=seed, model_answer=True)
+        assert capsys.readouterr().out == (f"✓ the model answer passes {check}; try yours in the "
+                                           "student copy\n")
 
     def diagnosis_of(self, check, mistake) -> str | None:
         """The sentence of the catalogue that the table says names ``mistake`` (None: none; a
@@ -121,20 +123,28 @@ class CheckTests:
         assert torch.equal(torch.rand(3), expected)
 
     def test_every_check_gives_its_hints_in_steps(self, check):
-        """A nudge by default; with hint=2 a second, more specific step."""
+        """A nudge by default; with hint=2 a second, more specific step, not yet the answer; the
+        last step alone says it gives the answer."""
         function = getattr(exercises, check)
         parameters = inspect.signature(function).parameters
-        assert list(parameters)[1:] == ["seed", "hint", "verbose"]
+        assert list(parameters)[1:] == ["seed", "hint", "verbose", "model_answer"]
         assert parameters["verbose"].kind == inspect.Parameter.KEYWORD_ONLY
         messages = []
-        for hint in (1, 2):
+        for hint in range(1, 6):
             with pytest.raises(ExerciseCheckFailed) as failure:
                 function(lambda *args: None, hint=hint)
-            messages.append(str(failure.value))
+            messages.append(" ".join(str(failure.value).split(" ")))
         nudge = re.search(r"\nHint: (.*?)\n\(For ", messages[0], re.DOTALL).group(1)
-        assert nudge and messages[0].endswith("run the check again with hint=2; for the values in "
-                                              "full, verbose=True.)")
-        assert f"\nHint: {nudge}\nHint 2: " in messages[1]
+        assert nudge and re.search(r"run the check again with hint=2; for the values in full, "
+                                   r"verbose=True.\)$", messages[0])
+        assert f"\nHint: {nudge}\nHint 2" in messages[1]
+        steps = messages[-1].count("\nHint")
+        assert steps >= 3
+        assert messages[-1].count("(the answer)") == 1
+        assert re.search(rf"\nHint {steps} \(the\s+answer\):\s", messages[-1])
+        assert f"(For the answer, run the check again with hint={steps};" in " ".join(
+            messages[steps - 2].split())
+        assert "(the answer)" not in messages[steps - 2]
 
 
 MAX_LINES = 15  # a failure's message, by default: about a screen

@@ -71,7 +71,8 @@ def sparsemax_by_bisection(scores, steps=100):
     return (scores - (low + high) / 2).clamp(min=0)
 
 
-def sparsemax_with(order="descending", tau_from="support", clip=True, index_shift=1):
+def sparsemax_with(order="descending", tau_from="support", clip=True, index_shift=1, minus=1,
+                   sorted_weights=False):
     def wrong(scores):
         T = scores.shape[-1]
         if order == "descending":
@@ -84,9 +85,11 @@ def sparsemax_with(order="descending", tau_from="support", clip=True, index_shif
         cumulative = z.cumsum(-1)
         support = (1 + k * z > cumulative).sum(-1, keepdim=True)
         if tau_from == "support":
-            tau = (cumulative.gather(-1, support - index_shift) - 1) / support
+            tau = (cumulative.gather(-1, support - index_shift) - minus) / support
         else:
             tau = (scores.sum(-1, keepdim=True) - 1) / T
+        if sorted_weights:  # clamp(z_sorted - tau): the weights of the sorted scores
+            scores = z
         return (scores - tau).clamp(min=0) if clip else scores - tau
 
     return wrong
@@ -135,6 +138,9 @@ CHECKS = {
         "tau over every score": (sparsemax_with(tau_from="all"), "differ",
                                  "averages all the scores"),
         "no clipping": (sparsemax_with(clip=False), "differ", "go negative"),
+        "tau without the - 1": (sparsemax_with(minus=0), "differ", "lacks its - 1"),
+        "the weights in sorted order": (sparsemax_with(sorted_weights=True), "on input",
+                                        "sorted order"),
         "over the queries": (lambda s: sparsemax(s.transpose(-2, -1)).transpose(-2, -1),
                              "on input", "another axis than the last"),
         "the largest score's weight only": (

@@ -177,8 +177,22 @@ def top_p_probs(cumulative="before", renormalise=True, descending=True, stable=T
     return probs
 
 
+def float32_angles(x, positions):
+    """RoPE as learner 11 first wrote it: no dtype on the arange, so the angles are float32."""
+    d_k = x.shape[-1]
+    omega = 10000 ** (-torch.arange(0, d_k, 2) / d_k)
+    angles = positions[:, None] * omega
+    cos, sin = torch.cos(angles), torch.sin(angles)
+    out = torch.empty_like(x)
+    out[..., 0::2] = x[..., 0::2] * cos - x[..., 1::2] * sin
+    out[..., 1::2] = x[..., 0::2] * sin + x[..., 1::2] * cos
+    return out
+
+
 CHECKS = {
     "check_rotary_at_positions": (rotary_at_positions(), {
+        "float32 angles for a float64 x (learner 11)": (float32_angles, "far positions, float64",
+                                                        "angles are float32"),
         "the two halves paired instead of neighbours": (rotary_at_positions(pairing="halves"),
                                                         "differ", "the two halves"),
         "neighbours rotated, written back as halves": (

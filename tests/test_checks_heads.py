@@ -15,7 +15,7 @@ from d2lhelpers.exercises import check_head_ablation, checks_heads
 
 
 def induction_score(offset=1, every_query=False, copies="all", per_sequence=False,
-                    transposed=False, over_heads=False):
+                    transposed=False, over_heads=False, later_too=False, largest=False):
     """The induction score by loops, right by default; each argument names a mistake."""
 
     def score(weights, tokens):
@@ -24,17 +24,20 @@ def induction_score(offset=1, every_query=False, copies="all", per_sequence=Fals
         for b in range(B):
             total, count = torch.zeros(h, dtype=weights.dtype), 0
             for t in range(T):
-                copies_before = [s for s in range(t) if tokens[b, s] == tokens[b, t]]
+                copies_before = [s for s in range(T if later_too else t)
+                                 if tokens[b, s] == tokens[b, t] and s != t]
                 if copies == "last":
                     copies_before = copies_before[-1:]
                 elif copies == "first":
                     copies_before = copies_before[:1]
                 if copies_before or every_query:
                     count += 1
-                for s in copies_before:
-                    key = s + offset
-                    if 0 <= key < T:
-                        total += weights[b, :, key, t] if transposed else weights[b, :, t, key]
+                on_keys = [weights[b, :, key, t] if transposed else weights[b, :, t, key]
+                           for key in (s + offset for s in copies_before) if 0 <= key < T]
+                if on_keys and largest:
+                    total += torch.stack(on_keys).amax(0)
+                elif on_keys:
+                    total += sum(on_keys)
             totals.append(total)
             counts.append(count)
         if per_sequence:
@@ -95,6 +98,55 @@ def without_head(after_projection=False, strided=False, queries=False, keep_only
     return ablate
 
 
+def zeroed_in_place(restore=False, hook_left=False):
+    """The head's columns of W_o zeroed in the layer itself (restored or not), or a hook on W_o
+    that is never removed: the result is right, the layer is left changed."""
+
+    def ablate(attention, X, head):
+        d_k = attention.d_k
+        if hook_left:
+            keep = torch.ones(attention.num_heads * d_k)
+            keep[head * d_k:(head + 1) * d_k] = 0.0
+            attention.W_o.register_forward_pre_hook(lambda layer, inputs: inputs[0] * keep)
+            return attention.step(X, d2lh.KVCache())
+        saved = attention.W_o.weight.detach().clone()
+        with torch.no_grad():
+            attention.W_o.weight[:, head * d_k:(head + 1) * d_k] = 0.0
+        out = attention.step(X, d2lh.KVCache())
+        if restore:
+            with torch.no_grad():
+                attention.W_o.weight.copy_(saved)
+        return out
+
+    return ablate
+
+
+def by_parts(rows=False, rotate=True, mean=False):
+    """The layer computed from its parts (W_o has no bias), the head's output zeroed, or the
+    head's rows of W_o zeroed (rows=True), or without the rotation, or replaced by its mean over
+    the batch and the positions (mean=True: mean ablation)."""
+
+    def ablate(attention, X, head):
+        d_k = attention.d_k
+        Q, K, V = (attention.split_heads(layer(X)) for layer in
+                   (attention.W_q, attention.W_k, attention.W_v))
+        if rotate and attention.rotary is not None:
+            Q, K = attention.rotary(Q), attention.rotary(K)
+        T = X.shape[1]
+        scores = (Q @ K.transpose(-2, -1)) / math.sqrt(d_k)
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        heads = scores.softmax(-1) @ V  # (B, h, T, d_k)
+        weight = attention.W_o.weight.clone()
+        if rows:
+            weight[head * d_k:(head + 1) * d_k] = 0.0
+        else:
+            heads = heads.clone()
+            heads[:, head] = heads[:, head].mean((0, 1), keepdim=True)[0] if mean else 0.0
+        return attention.merge_heads(heads) @ weight.T
+
+    return ablate
+
+
 CHECKS = {
     "check_induction_score": (induction_score(), {
         "the earlier copy itself (a duplicate-token score)": (induction_score(offset=0), "differ",
@@ -110,6 +162,10 @@ CHECKS = {
         "each sequence averaged first": (induction_score(per_sequence=True), "two sequences",
                                          "averages each sequence first"),
         "weights read transposed": (induction_score(transposed=True), "differ", "transposed"),
+        "later copies counted too": (induction_score(later_too=True), "differ",
+                                     "copies that come later"),
+        "the largest weight, not the sum": (induction_score(largest=True),
+                                            "a token seen twice before", "largest weight"),
         "averaged over the heads": (induction_score(over_heads=True), "on input",
                                     "averaged over the heads"),
         "the before-copy score averaged over every query": (
@@ -123,6 +179,13 @@ CHECKS = {
         "only that head kept": (without_head(keep_only=True), "differ", "keeps only that head"),
         "the next head zeroed": (without_head(shift=1), "differ", "the next one"),
         "no causal mask": (without_head(causal=False), "differ", "sees the future"),
+        "W_o's columns zeroed in place, never restored": (zeroed_in_place(), "changed its input",
+                                                          "~changed what it was given"),
+        "a hook left on W_o": (zeroed_in_place(hook_left=True), "a hook left on W_o",
+                               "~changed what it was given"),
+        "the head's rows of W_o zeroed": (by_parts(rows=True), "differ", "after W_o"),
+        "no rotation": (by_parts(rotate=False), "rotary positions", "not rotated"),
+        "mean ablation": (by_parts(mean=True), "differ", "mean ablation"),
         "W_o left out": (without_head(project=False), "on input", "skips W_o"),
     }),
 }
@@ -130,7 +193,9 @@ CHECKS = {
 
 def test_subtracting_the_heads_term_is_right_too(capsys):
     check_head_ablation(without_head(subtract=True))
-    assert capsys.readouterr().out.startswith("Correct: ")
+    check_head_ablation(by_parts())
+    check_head_ablation(zeroed_in_place(restore=True))  # the layer as it was given, afterwards
+    assert capsys.readouterr().out.count("Correct: ") == 3
 
 
 def test_an_ideal_induction_head_scores_one():

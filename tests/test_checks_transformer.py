@@ -18,7 +18,7 @@ from d2lhelpers.exercises import checks_transformer
 def multiply_adds(d_model, num_heads, ffn_hidden, num_layers, vocab_size, T_src, T_tgt,
                   heads=False, causal=False, cross_kv="source", cross_queries="target",
                   cross_pairs=None, w_o=True, ffn=("source", "target"), ffn_layers=2, blocks=None,
-                  output=1):
+                  output=1, scores=True, one_head=False, cross_once=False):
     """Notebook 06's count, layer by layer and head by head; each argument names a mistake."""
     d, d_k = d_model, d_model // num_heads
 
@@ -29,19 +29,20 @@ def multiply_adds(d_model, num_heads, ffn_hidden, num_layers, vocab_size, T_src,
         projections = (2 if w_o else 1) * linear(d, d, T_q) + 2 * linear(d, d, T_k)
         if pairs is None:
             pairs = T_q * (T_q + 1) // 2 if causal_pairs else T_q * T_k
-        per_head = pairs * (d if heads else d_k)  # heads=True: each head at full width
-        return projections + 2 * num_heads * per_head
+        per_head = pairs * (d if heads else d_k) * scores  # heads=True: each head at full width
+        return projections + 2 * (1 if one_head else num_heads) * per_head
 
     def feed_forward(T):
         return linear(d, ffn_hidden, T) + (ffn_layers - 1) * linear(ffn_hidden, d, T)
 
     encoder = decoder = cross = ffns = 0
-    for _ in range(num_layers if blocks is None else blocks):
+    for block in range(num_layers if blocks is None else blocks):
         encoder += attention(T_src, T_src)
         decoder += attention(T_tgt, T_tgt, causal)
         T_q = T_tgt if cross_queries == "target" else T_src
-        cross += attention(T_q, {"source": T_src, "target": T_tgt}[cross_kv],
-                           pairs=None if cross_pairs is None else T_tgt * T_tgt)
+        if block == 0 or not cross_once:
+            cross += attention(T_q, {"source": T_src, "target": T_tgt}[cross_kv],
+                               pairs=None if cross_pairs is None else T_tgt * T_tgt)
         ffns += sum(feed_forward({"source": T_src, "target": T_tgt}[s]) for s in ffn)
     return encoder, decoder, cross, ffns, output * linear(d, vocab_size, T_tgt)
 
@@ -63,7 +64,7 @@ def attend(attention, x, keys, values, valid_lens):
 def cached_block_step(post_norm_only=False, append=True, offset=True, causal=True,
                       pre_norm_only=False, cross_lens=True, read_cache=True, project_raw=False,
                       ffn_post_norm=False, swap_cross=False, extra_key=0, residual=True,
-                      skip_ffn=False, norm_of=None):
+                      skip_ffn=False, norm_of=None, pre_norm_ffn_residual=True):
     """A cached decoder-block step, right by default; each flag off is one plausible mistake."""
 
     def step(block, x, cache, enc_keys, enc_values, src_valid_lens):
@@ -75,6 +76,9 @@ def cached_block_step(post_norm_only=False, append=True, offset=True, causal=Tru
                                                   or add_norm is block.add_norm2 and "cross"
                                                   or "ffn"])
             keep = x if residual else 0
+            if (not pre_norm_ffn_residual and add_norm is block.add_norm3
+                    and add_norm.norm_first):  # x = block.ffn(norm(x)) in pre-norm
+                keep = 0
             if ffn_post_norm and add_norm is block.add_norm3:
                 return add_norm.norm(x + f(x))
             if (add_norm.norm_first and not post_norm_only) or pre_norm_only:
@@ -116,8 +120,69 @@ def cached_block_step(post_norm_only=False, append=True, offset=True, causal=Tru
     return step
 
 
+def sublayer_parameters(biases=True, w_o=True, layer_norm=False, paper_width=False):
+    """Exercise 1's counts, layer by layer; each argument names a mistake."""
+
+    def count(d_model, ffn_hidden):
+        def linear(d_in, d_out):
+            return d_in * d_out + (d_out if biases else 0)
+
+        hidden = 4 * d_model if paper_width else ffn_hidden
+        norm = 2 * d_model if layer_norm else 0
+        return ((4 if w_o else 3) * linear(d_model, d_model) + norm,
+                linear(d_model, hidden) + linear(hidden, d_model) + norm)
+
+    return count
+
+
+def default_init_stds(kept_init=False, shared=False, variance=False, placement=True):
+    """Exercise 2's curves, as the notebook's solution computes them (for 24 layers, d = 64, 8
+    stacks); each argument names a mistake."""
+
+    def stds(norm_first, num_layers=24, d=64, num_stacks=8):
+        variances = torch.zeros(num_layers)
+        with torch.no_grad():
+            for _ in range(num_stacks):
+                X, one = torch.randn(16, 10, d), d2lh.PositionwiseFFN(d, 4 * d)
+                for layer in range(num_layers):
+                    ffn = one if shared else d2lh.PositionwiseFFN(d, 4 * d)
+                    if kept_init:  # section 3's He initialisation
+                        torch.nn.init.normal_(ffn.linear1.weight, std=math.sqrt(2 / d))
+                        torch.nn.init.normal_(ffn.linear2.weight, std=math.sqrt(1 / (4 * d)))
+                        torch.nn.init.zeros_(ffn.linear1.bias)
+                        torch.nn.init.zeros_(ffn.linear2.bias)
+                    X = d2lh.AddNorm(d, norm_first=norm_first and placement)(X, ffn)
+                    variances[layer] += X.var().item() / num_stacks
+        return variances if variance else variances.sqrt()
+
+    return stds
+
+
 CHECKS = {
+    "check_sublayer_parameters": (sublayer_parameters(), {
+        "no biases": (sublayer_parameters(biases=False), "result 0 of the tuple", "biases"),
+        "no W_o": (sublayer_parameters(w_o=False), "result 0 of the tuple", "three projections"),
+        "the LayerNorm counted": (sublayer_parameters(layer_norm=True), "result 0 of the tuple",
+                                  "LayerNorm"),
+        "the paper's width": (sublayer_parameters(paper_width=True), "result 1 of the tuple",
+                              "4 d_model"),
+        "the two numbers swapped": (lambda d, f: sublayer_parameters()(d, f)[::-1], "tuple",
+                                    "~another order"),
+    }),
+    "check_default_init_stds": (default_init_stds(), {
+        "section 3's initialisation kept": (default_init_stds(kept_init=True), "pre-norm",
+                                            "section 3's initialisation"),
+        "one FFN for every layer": (default_init_stds(shared=True), "pre-norm", "reuses one FFN"),
+        "the variance": (default_init_stds(variance=True), "pre-norm", "the variance"),
+        "norm_first ignored": (default_init_stds(placement=False), "pre-norm", "stays at 1"),
+    }),
     "check_transformer_multiply_adds": (multiply_adds, {
+        "no scores or weighted sums": (lambda *s: multiply_adds(*s, scores=False),
+                                       "result 0 of the tuple", "only its projections"),
+        "one head's scores": (lambda *s: multiply_adds(*s, one_head=True),
+                              "result 0 of the tuple", "count one head"),
+        "the cross-attention of one block": (lambda *s: multiply_adds(*s, cross_once=True),
+                                             "result 2 of the tuple", "count of an attention"),
         "FLOPs": (scaled(2), "result 0 of the tuple", "two per multiply-add"),
         "every head at full width": (lambda *s: multiply_adds(*s, heads=True),
                                      "the notebook's tiny model", "number of heads"),
@@ -148,6 +213,8 @@ CHECKS = {
             lambda *s: multiply_adds(*s, output=2), "result 4 of the tuple", None),
     }),
     "check_cached_block_step": (cached_block_step(), {
+        "the pre-norm FFN without its residual": (
+            cached_block_step(pre_norm_ffn_residual=False), "pre-norm block", "residual"),
         "post-norm only (norm_first ignored)": (cached_block_step(post_norm_only=True),
                                                 "pre-norm block", "as post-norm"),
         "the FFN always post-norm": (cached_block_step(ffn_post_norm=True), "pre-norm block",

@@ -260,8 +260,8 @@ def test_updated_notebook_rewrites_setup_cell_and_metadata_and_removes_hidden_te
                                  ("code", "d2lh.exercises.check_triple(triple)", {}))
     updated = authoring.updated_notebook(notebook, PROJECT)
     assert updated["cells"][1]["source"] == authoring.setup_source(PROJECT)
-    assert updated["cells"][3]["source"] == "d2lh.exercises.check_double(double)"
-    assert updated["cells"][4]["source"] == "d2lh.exercises.check_triple(triple)"
+    assert updated["cells"][3]["source"] == "d2lh.exercises.check_double(double, model_answer=True)"
+    assert updated["cells"][4]["source"] == "d2lh.exercises.check_triple(triple, model_answer=True)"
     assert [c["metadata"]["nbgrader"]["grade_id"] for c in updated["cells"][1:]] == \
         ["setup", "double", "check_double", "check_triple"]
     assert authoring.updated_notebook(updated, PROJECT) == updated, "idempotent"
@@ -346,7 +346,12 @@ def test_nbgrader_source_notebook_adds_hidden_tests_that_load_the_checks_afresh(
         authoring.hidden_tests_source([("check_triple", "triple")])
     others = [0, 1, 2]
     assert [source["cells"][i] for i in others] == [teaching["cells"][i] for i in others]
-    assert [c["metadata"] for c in source["cells"]] == [c["metadata"] for c in teaching["cells"]]
+    assert [c["metadata"] for c in source["cells"][:3]] == [
+        c["metadata"] for c in teaching["cells"][:3]]
+    assert [c["metadata"]["nbgrader"] for c in source["cells"][3:]] == [
+        c["metadata"]["nbgrader"] for c in teaching["cells"][3:]]
+    assert all(c["outputs"] == [] and "hide-input" not in c["metadata"].get("tags", [])
+               for c in source["cells"][3:]), "the learner's own verdict, in view"
     assert nbgrader_v3_errors(source) == []
     assert authoring.nbgrader_source_notebook(source, PROJECT) == source, "from itself: the same"
     student = authoring.student_notebook(source, colab_url="copy")
@@ -389,7 +394,48 @@ def test_update_command_rewrites_notebooks_in_place_and_says_which_changed(tmp_p
     assert [c.metadata.nbgrader.grade_id for c in written.cells] == ["setup", "double", "check_double"]
     assert 'git+https://github.com/o/n@v2.0"' in written.cells[0].source
     assert written.cells[1].source == SOLUTION_CELL  # nothing else changes
-    assert written.cells[2].source == "d2lh.exercises.check_double(double)", "hidden tests removed"
+    assert written.cells[2].source == "d2lh.exercises.check_double(double, model_answer=True)", \
+        "hidden tests removed"
+
+
+def test_a_teaching_notebook_shows_no_verdict_and_says_where_to_try_the_exercises(tmp_path):
+    """update: the check cells call with model_answer=True, collapsed, their output the one line
+    the check prints then; the Exercises section starts with the student copy's link and badge.
+    copies: the learner's own verdict, in view, and no such line; the Chinese edition's line."""
+    from d2lhelpers.exercises.runner import MODEL_ANSWER
+    from exercise_authoring import translation
+
+    path, _ = demo_notebook_file(tmp_path)
+    notebook = nbformat.read(path, as_version=4)
+    notebook.cells.insert(0, nbformat.v4.new_markdown_cell(f"# Demo\n\n{BADGE}"))
+    notebook.cells.insert(2, nbformat.v4.new_markdown_cell("## Exercises\n\n**1.** Write double."))
+    nbformat.write(notebook, path)
+    authoring.main(["update", str(path)])
+    once = path.read_text()
+    authoring.main(["update", str(path)])
+    assert path.read_text() == once, "idempotent"
+    written = nbformat.read(path, as_version=4)
+    check = written.cells[-1]
+    assert check.source == "d2lh.exercises.check_double(double, model_answer=True)"
+    assert "hide-input" in check.metadata.tags and check.metadata.jupyter.source_hidden
+    assert [o["text"] for o in check.outputs] == [
+        MODEL_ANSWER.format(check="check_double") + "\n"]
+    assert authoring.copies.MODEL_ANSWER_OUTPUT == MODEL_ANSWER and MODEL_ANSWER.startswith("✓ ")
+    copy_url = "https://colab.research.google.com/github/o/n/blob/v2.0/exercises/01_demo.ipynb"
+    heading, line, task = written.cells[2].source.split("\n\n")
+    assert heading == "## Exercises" and task == "**1.** Write double."
+    assert line.startswith(f"[![Open In Colab](https://colab.research.google.com/assets/"
+                           f"colab-badge.svg)]({copy_url}) Try them in their student copy, "
+                           "[`exercises/01_demo.ipynb`](../exercises/01_demo.ipynb)")
+    student = authoring.student_notebook(written, colab_url=copy_url)
+    assert student["cells"][2]["source"] == "## Exercises\n\n**1.** Write double."
+    assert student["cells"][-1]["source"] == "d2lh.exercises.check_double(double)"
+    assert "metadata" not in student["cells"][-1] or "hide-input" not in student["cells"][-1][
+        "metadata"].get("tags", [])
+    chinese = translation.translated_notebook(path, written, "")
+    chinese_line = authoring.copies.exercises_line(path, "zh")
+    assert chinese["cells"][2]["source"].split("\n\n")[1] == chinese_line
+    assert "](../../exercises/01_demo.ipynb)" in chinese_line and f"]({copy_url})" in chinese_line
 
 
 # nbgrader: a failed setup cell stops the grading -------------------------------------------------

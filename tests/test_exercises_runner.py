@@ -61,7 +61,7 @@ def test_the_full_values_are_shown_on_request_and_kept_on_the_error():
     assert "input:    (tensor of shape (2, 3), dtype torch.float32:\n[[0. 1. 2.]\n [3. 4. 5.]])" in message
     assert "expected: tensor of shape (2, 3), dtype torch.float32:\n[[0.09   0.2447 0.6652]" in message
     assert "got:      tensor of shape (2, 3), dtype torch.float32:\n[[0.0474 0.0474 0.0474]" in message
-    assert message.endswith("\n(For a more specific hint, run the check again with hint=2.)")
+    assert message.endswith("\n(For the answer, run the check again with hint=2.)")
 
 
 def test_large_values_are_summarised_where_they_differ_and_fit_on_a_screen():
@@ -69,7 +69,11 @@ def test_large_values_are_summarised_where_they_differ_and_fit_on_a_screen():
         run_check("double", lambda x: 3 * x, [("400 numbers", (torch.arange(400.0),))], lambda x: 2 * x)
     message = str(failure.value)
     assert "399 of 400 values differ; the largest difference at\nindex (399,): expected 798, got 1197." in message
-    assert "\n  got:      tensor (400,) float32: [0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30, ...] (flattened)\n" in message
+    # the values shown are those around the largest difference, not the first ones
+    assert ("\n  expected: tensor (400,) float32, at [394:400]: [788, 790, 792, 794, 796, 798]\n"
+            in message)
+    assert ("\n  got:      tensor (400,) float32, at [394:400]: [1182, 1185, 1188, 1191, 1194, "
+            "1197]\n") in message
     assert message.count("\n") + 1 <= 15 and max(map(len, message.split("\n"))) <= 100
     with pytest.raises(ExerciseCheckFailed) as full:
         run_check("double", lambda x: 3 * x, [("400 numbers", (torch.arange(400.0),))], lambda x: 2 * x,
@@ -102,12 +106,18 @@ def test_hints_nudge_first_and_tell_only_on_request():
             run_check("softmax", lambda x: x.softmax(dim=0), CASES, reference, hints=HINTS, hint=hint)
         return str(caught.value)
 
-    assert failure(1).endswith("\nHint: which axis?\n(For a more specific hint, run the check again "
+    assert failure(1).endswith("\nHint: which axis?\n(For the answer, run the check again "
                                "with hint=2; for the values in full, verbose=True.)")
-    assert failure(2).endswith("\nHint: which axis?\nHint 2: the last one: dim=-1\n(For the values "
-                               "in full, run the check again with verbose=True.)")
-    assert failure(5).endswith("\nHint 2: the last one: dim=-1\n(For the values in full, run the "
-                               "check again with verbose=True.)")
+    assert failure(2).endswith("\nHint: which axis?\nHint 2 (the answer): the last one: "
+                               "dim=-1\n(For the values in full, run the check again with "
+                               "verbose=True.)")
+    assert failure(5).endswith("\nHint 2 (the answer): the last one: dim=-1\n(For the values in "
+                               "full, run the check again with verbose=True.)")
+    with pytest.raises(ExerciseCheckFailed) as ladder:  # a step between the nudge and the answer
+        run_check("softmax", lambda x: x.softmax(dim=0), CASES, reference, hint=2,
+                  hints=("which axis?", "the keys' axis", "dim=-1"))
+    assert str(ladder.value).endswith("\nHint 2: the keys' axis\n(For the answer, run the check "
+                                      "again with hint=3; for the values in full, verbose=True.)")
     assert failure(0).endswith("[0.9526, 0.9526, 0.9526]]\n(For a hint, run the check again with "
                                "hint=1; for the values in full, verbose=True.)")
     for bad in (-1, 1.5, True):
@@ -254,14 +264,47 @@ def test_recognising_a_mistake_reruns_the_function_quietly_and_leaves_the_random
     assert capsys.readouterr().out == "debugging\nYour function warned: UserWarning: careful\n"
 
 
-def test_a_function_that_modifies_its_input_is_told_so_and_not_diagnosed():
+def test_a_function_that_modifies_its_input_is_told_so_in_one_sentence_and_nothing_else():
     def clobbers(x):
-        result = x.softmax(dim=-1)
+        result = x.softmax(dim=0)
         x.zero_()
         return result
 
-    failure = diagnosis(clobbers, mistakes={"Never.": lambda x: x.softmax(dim=-1)})
-    assert failure.diagnosis is None and "modified its input argument(s) [0]" in str(failure)
+    failure = diagnosis(clobbers, mistakes={"Never.": lambda x: x.softmax(dim=0)})
+    assert failure.diagnosis.startswith("Your function changed what it was given, x (its values), "
+                                        "and left it changed")
+    assert "changed its input in place on input a 2x3 matrix: x (its values).\n" in str(failure)
+    assert "Never." not in str(failure)
+
+
+def test_a_function_that_changes_a_layer_it_was_given_fails_even_with_the_right_result():
+    layer_cases = [("a linear layer", (torch.nn.Linear(3, 2), torch.ones(1, 3)))]
+
+    def run(fn):
+        with pytest.raises(ExerciseCheckFailed) as failure:
+            run_check("zeroed", fn, layer_cases, lambda layer, x: layer(x) - layer.bias)
+        return failure.value
+
+    def zeroes_the_bias(layer, x):  # in place, never restored
+        with torch.no_grad():
+            layer.bias.zero_()
+        return layer(x)
+
+    def leaves_a_hook(layer, x):
+        layer.register_forward_hook(lambda module, inputs, out: out - module.bias)
+        return layer(x)
+
+    def switches_the_mode(layer, x):
+        return layer.eval()(x) - layer.bias
+
+    for fn, what in ((zeroes_the_bias, "layer (its bias)"),
+                     (leaves_a_hook, "layer (a hook left on itself)"),
+                     (switches_the_mode, "layer (its mode (evaluation now))")):
+        failure = run(fn)
+        assert (f"changed its input in place on input a linear layer: {what}; its result itself "
+                "is right.") in " ".join(str(failure).split())
+        assert failure.diagnosis.startswith(f"Your function changed what it was given, {what}")
+        assert "expected:" not in str(failure)
 
 
 def test_mistakes_are_compared_through_compare_through_or_as_they_are_when_it_raises():
@@ -318,7 +361,8 @@ def test_run_check_catches_a_function_that_modifies_its_input():
         x.zero_()
         return result
 
-    with pytest.raises(ExerciseCheckFailed, match=r"modified its input argument\(s\) \[0\]"):
+    with pytest.raises(ExerciseCheckFailed, match=r"changed its input in place on input a 2x3 "
+                                                  r"matrix: x \(its values\); its result itself"):
         run_check("softmax", right_answer_but_clobbers_input, CASES, reference)
 
 
@@ -350,7 +394,7 @@ def test_run_check_compares_arrays_numbers_and_tuples(capsys):
         run_check("pair", lambda a: a.sum(), cases, lambda a: (a.sum(), a * 2))
     with pytest.raises(ExerciseCheckFailed, match=r"expected 10, got 11"):
         run_check("total", lambda a: float(a.sum() + 1), cases, lambda a: a.sum())
-    with pytest.raises(ExerciseCheckFailed, match=r"modified its input"):
+    with pytest.raises(ExerciseCheckFailed, match=r"changed its input in place"):
         run_check("total", lambda a: (a.sum(), a.fill(0))[0], cases, lambda a: a.sum())
 
 

@@ -18,12 +18,15 @@ returns on every case), says which input failed, what was expected and what came
 to fit on a screen (``verbose=True`` shows the values in full), and gives a hint; on success it
 prints one line. It raises :class:`ExerciseCheckFailed`, an ``AssertionError``, so that
 nbgrader counts a failed check as a failed test. ``seed`` draws other random cases; ``hint=2``
-shows the full hint instead of the first nudge. The hidden tests (between ``### BEGIN HIDDEN
-TESTS`` and ``### END HIDDEN TESTS``, only in nbgrader's source notebooks, which ``python -m
-exercise_authoring source`` writes from the teaching notebooks) run each check again with
-``seed=1`` through :func:`~.runner.check_afresh`, from a private copy of the package that nothing
-the learner's code patched can reach; they print nothing when they pass (the visible check has said
-"Correct" already).
+adds a step to the first nudge, and the last step (``hint=3``) gives the answer. A function that
+changes what it was given (a tensor, a layer's weights or hooks) fails and is told so. In a
+teaching notebook the call has ``model_answer=True``: the model answer is checked, and the check
+prints one line saying so, never a verdict the reader did not earn. The hidden tests (between
+``### BEGIN HIDDEN TESTS`` and ``### END HIDDEN TESTS``, only in nbgrader's source notebooks,
+which ``python -m exercise_authoring source`` writes from the teaching notebooks) run each check
+again with ``seed=1`` through :func:`~.runner.check_afresh`, from a private copy of the package
+that nothing the learner's code patched can reach; they print nothing when they pass (the visible
+check has said "Correct" already).
 
 In a student copy the solution is a stub that raises :class:`~.stubs.NotWrittenYet`; a check
 that meets it says "not implemented yet", and any other cell that calls the function says, in two
@@ -48,7 +51,8 @@ from .checks_multihead_attention import (check_per_head_weights, check_to_torch_
                                          check_packed_self_attention)
 from .checks_positional_encoding import (check_sinusoidal_table, check_offset_attention,
                                          check_relative_self_attention)
-from .checks_transformer import check_transformer_multiply_adds, check_cached_block_step
+from .checks_transformer import (check_sublayer_parameters, check_default_init_stds,
+                                 check_transformer_multiply_adds, check_cached_block_step)
 from .checks_translation import check_cached_greedy_decode, check_translation_log_prob
 from .checks_bahdanau_attention import check_gru_cell, check_luong_step
 from .checks_training_recipe import check_adam_steps, check_real_token_smoothing
@@ -76,6 +80,8 @@ __all__ = [
     "check_sinusoidal_table",
     "check_offset_attention",
     "check_relative_self_attention",
+    "check_sublayer_parameters",
+    "check_default_init_stds",
     "check_transformer_multiply_adds",
     "check_cached_block_step",
     "check_cached_greedy_decode",

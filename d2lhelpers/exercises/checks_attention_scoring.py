@@ -11,7 +11,7 @@ import torch
 
 from .cases import labelled, randint, randn, random_choice, random_floats, random_sizes, \
     seeded_generator
-from .runner import Symptom, run_check
+from .runner import Symptom, exercise_check, run_check
 
 __all__ = ['check_sliding_window_weights', 'check_sparsemax']
 
@@ -98,6 +98,7 @@ _SLIDING_WINDOW_MISTAKES = {
 }
 
 
+@exercise_check
 def check_sliding_window_weights(fn: Callable, seed: int = 0, hint: int = 1, *,
                                  verbose: bool = False) -> None:
     """fn(scores (B, T, T), window, valid_lens) -> weights (B, T, T) of causal sliding-window
@@ -134,6 +135,9 @@ def check_sliding_window_weights(fn: Callable, seed: int = 0, hint: int = 1, *,
               hints=("Draw the mask of one sequence on paper first, for T = 5 and window 2: which "
                      "keys does query 0 see, and query 4? Then add the padding. What must a row "
                      "that sees no key give?",
+                     "For T = 5 and window 2 the mask is 1 where i - 2 < j <= i: query 0 sees key "
+                     "0, query 4 keys 3 and 4; then also j < the valid length. Softmax over the "
+                     "keys a query sees, and a row that sees none is all 0, not uniform.",
                      "mask[b, i, j] = (j <= i) & (j > i - window) & (j < length), the length of "
                      "sequence b (valid_lens (B,)) or of its query i (valid_lens (B, T)); fill the "
                      "masked scores with torch.finfo(scores.dtype).min, take the softmax over the "
@@ -144,13 +148,14 @@ def check_sliding_window_weights(fn: Callable, seed: int = 0, hint: int = 1, *,
 # Sparsemax: the classic mistakes, each as the function that makes it -----------------------------
 
 def _wrong_sparsemax(scores, order="descending", ks="from 1", support="k(z)", clip=True,
-                     normalise="sparsemax", axis=-1):
+                     normalise="sparsemax", axis=-1, minus_one=True, returned="scores' order"):
     """Sparsemax over ``axis``, right by default; every other value of an argument is a classic
     mistake. ks: "index" reads the sum of the k(z) largest scores one place too far; support:
-    which scores the threshold tau averages ("k(z)": the support's; "all": every score)."""
+    which scores the threshold tau averages ("k(z)": the support's; "all": every score);
+    minus_one False: tau without its - 1; returned "sorted": the weights of the sorted scores."""
     if axis != -1:
         return _wrong_sparsemax(scores.transpose(axis, -1), order, ks, support, clip,
-                                normalise).transpose(axis, -1)
+                                normalise, -1, minus_one, returned).transpose(axis, -1)
     if normalise == "softmax":
         return torch.softmax(scores, dim=-1)
     if normalise == "ReLU / sum":
@@ -166,7 +171,10 @@ def _wrong_sparsemax(scores, order="descending", ks="from 1", support="k(z)", cl
         k = torch.arange(1, T + 1, dtype=scores.dtype)  # 1, ..., T
         cumulative = z.cumsum(dim=-1)
         size = (1 + k * z > cumulative).sum(dim=-1, keepdim=True)  # k(z): a prefix holds it
-        tau = (cumulative.gather(-1, size - 1 if ks == "from 1" else size) - 1) / size
+        total = cumulative.gather(-1, size - 1 if ks == "from 1" else size)
+        tau = (total - float(minus_one)) / size
+        if returned == "sorted":
+            scores = z
     return torch.relu(scores - tau) if clip else scores - tau
 
 
@@ -182,6 +190,10 @@ _SPARSEMAX_MISTAKES = {
     "Your tau averages all the scores (as it does when they are sorted in increasing order): it "
     "averages the k(z) largest only, the support, found with the scores in decreasing order.": (
         partial(_wrong_sparsemax, support="all"), partial(_wrong_sparsemax, order="ascending")),
+    "Your tau lacks its - 1: (z_(1) + ... + z_(k) - 1) / k; without it the weights sum to 0, "
+    "not 1.": partial(_wrong_sparsemax, minus_one=False),
+    "Your weights come in sorted order: subtract tau from the scores as they were given, so that "
+    "each key keeps its place.": partial(_wrong_sparsemax, returned="sorted"),
     "Your weights go negative: sparsemax clips z - tau at 0 (the weights are max(z - tau, 0)).":
         partial(_wrong_sparsemax, clip=False),
     "Your weights are normalised over another axis than the last: each query's weights sum to 1 "
@@ -189,6 +201,7 @@ _SPARSEMAX_MISTAKES = {
 }
 
 
+@exercise_check
 def check_sparsemax(fn: Callable, seed: int = 0, hint: int = 1, *, verbose: bool = False) -> None:
     """fn(scores (..., T_k)) -> weights of the same shape: sparsemax over the last axis,
     max(z - tau, 0) with tau = (z_(1) + ... + z_(k) - 1) / k for k = k(z), the largest k with
@@ -215,6 +228,10 @@ def check_sparsemax(fn: Callable, seed: int = 0, hint: int = 1, *, verbose: bool
               mistakes=_SPARSEMAX_MISTAKES, verbose=verbose,
               hints=("Work one row by hand first, e.g. scores [3, 0, 3, -1, 1]: sort them, find "
                      "k(z), then tau. Which scores does tau average?",
+                     "Sort in decreasing order, z_(1) >= z_(2) >= ...; the condition 1 + k z_(k) > "
+                     "z_(1) + ... + z_(k) holds for k = 1, 2, ... up to k(z) and not after, so "
+                     "k(z) is a count (cumsum gives the sums); tau subtracts 1 from the sum of "
+                     "the k(z) largest before dividing; the weights keep the scores' order.",
                      "z = scores.sort(dim=-1, descending=True).values; k = 1, ..., T as a tensor; "
                      "k(z) = (1 + k * z > z.cumsum(-1)).sum(-1, keepdim=True) (the condition "
                      "holds for a prefix); tau = (z.cumsum(-1).gather(-1, k(z) - 1) - 1) / k(z); "

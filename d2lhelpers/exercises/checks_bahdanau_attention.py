@@ -14,7 +14,7 @@ from torch import nn
 from ..attention import masked_softmax, sequence_mask
 from .cases import (labelled, mask_inverted, randn, random_lengths, random_sizes,
                     seeded_generator, seeded_module, size_text)
-from .runner import Symptom, run_check
+from .runner import Symptom, exercise_check, run_check
 
 __all__ = ["check_gru_cell", "check_luong_step"]
 
@@ -90,6 +90,7 @@ _GRU_CELL_MISTAKES = {
 }
 
 
+@exercise_check
 def check_gru_cell(fn: Callable, seed: int = 0, hint: int = 1, *,
                    verbose: bool = False) -> None:
     """fn(x, h, W_ih, W_hh, b_ih, b_hh) -> the new state h' (B, H) of a GRU cell, in PyTorch's
@@ -133,6 +134,10 @@ def check_gru_cell(fn: Callable, seed: int = 0, hint: int = 1, *,
               hints=("Recall the GRU's equations: which gate resets what, and where does each "
                      "bias go? PyTorch stacks the three gates' weights in one matrix, in a fixed "
                      "order.",
+                     "PyTorch's order is reset, update, candidate, H columns each, in both W_ih "
+                     "and W_hh. The reset gate scales the hidden state's projection inside the "
+                     "candidate, its bias included; the update gate mixes the candidate with the "
+                     "old state, keeping the old state where it is 1.",
                      "split the projections x @ W_ih.T + b_ih and h @ W_hh.T + b_hh into three "
                      "chunks of H columns each, in the order reset, update, candidate (.chunk(3, "
                      "dim=-1)); r and z add the two projections' chunks; in the candidate the "
@@ -226,6 +231,7 @@ _LUONG_STEP_MISTAKES = {
 }
 
 
+@exercise_check
 def check_luong_step(fn: Callable, seed: int = 0, hint: int = 1, *,
                      verbose: bool = False) -> None:
     """fn(embedded, hidden, enc_outputs, valid_lens, cell, W_a, W_c) -> (attentional, hidden,
@@ -269,6 +275,11 @@ def check_luong_step(fn: Callable, seed: int = 0, hint: int = 1, *,
         run_check("luong_step", fn, cases, reference=_luong_step,
                   hints=("In Luong's attention the RNN steps first, and its new state is the "
                          "query. Check the order of the steps, and of what you concatenate.",
+                         "Run the cell on the embedded token first; score the encoder outputs "
+                         "against the new state through W_a, with the padding masked; the "
+                         "context is the weighted sum of the encoder outputs; the attentional "
+                         "state is tanh of W_c applied to the context and the new state side by "
+                         "side, context first.",
                          "first s = cell(embedded, hidden); then use the NEW s as the query: "
                          "scores (B, 1, T_src) = (s @ W_a)[:, None] @ enc_outputs.transpose(1, "
                          "2); d2lh.masked_softmax(scores, valid_lens) keeps the padding out; the "

@@ -10,13 +10,13 @@ from functools import partial
 
 import torch
 
-from ..attention import (KVCache, MultiHeadAttention, causal_valid_lens, masked_softmax,
+from ..attention import (MultiHeadAttention, causal_valid_lens, masked_softmax,
                          online_softmax_update, sequence_mask)
 from ..decoding import next_token_probs
 from ..positional import apply_rotary
 from .cases import (case_label, feed_in_chunks, labelled, load_linear_weights, randint, randn,
                     random_floats, random_sizes, seeded_generator, seeded_module)
-from .runner import Symptom, run_check
+from .runner import Symptom, exercise_check, run_check
 
 __all__ = ["check_rotary_at_positions", "check_online_softmax_update",
            "check_cached_gqa_self_attention", "check_top_p_probs"]
@@ -60,7 +60,18 @@ def _not_a_rotation(result, x, positions) -> bool:
     return not torch.allclose(y.norm(dim=-1), x.norm(dim=-1), atol=1e-4, rtol=1e-4)
 
 
+def _float32_angles(result, x, positions) -> bool:
+    """Whether a float64 result for a float64 x is near the right one (within the error of
+    float32 angles at far positions) without being it: angles computed in float32."""
+    y = torch.as_tensor(result)
+    return (x.dtype == y.dtype == torch.float64 and bool(positions.abs().max() > 1000)
+            and bool(torch.allclose(y, apply_rotary(x, positions), atol=2e-2)))
+
+
 _ROTARY_AT_POSITIONS_MISTAKES = {
+    "Your angles are float32 (torch.arange(...) / d_k is float32 unless told otherwise): at far "
+    "positions they lose digits; compute the frequencies and angles in x's float64.":
+        Symptom(_float32_angles),
     "Your pairs are the two halves (feature j with feature j + d_k/2): here a pair is two "
     "neighbours, features 2j and 2j+1.": (
         partial(_wrong_rotary, pairs="halves"),
@@ -88,6 +99,7 @@ _ROTARY_AT_POSITIONS_MISTAKES = {
 }
 
 
+@exercise_check
 def check_rotary_at_positions(fn: Callable, seed: int = 0, hint: int = 1, *,
                               verbose: bool = False) -> None:
     """fn(x, positions) -> x with each pair of features (x_2j, x_2j+1) of row t rotated by the
@@ -110,6 +122,10 @@ def check_rotary_at_positions(fn: Callable, seed: int = 0, hint: int = 1, *,
     run_check("rotary_at_positions", fn, cases, reference=apply_rotary,
               hints=("Which features form a pair, by how much does pair j turn at position m, and "
                      "in which direction? Does your angle use the positions you were given?",
+                     "Pair j is two neighbours, (x[..., 2j], x[..., 2j+1]); it turns by the angle "
+                     "positions[t] * omega_j, omega_j falling from 1 as j grows, in the direction "
+                     "of multiplying x_2j + i x_2j+1 by e^(i angle); the angles in the precision "
+                     "of x (float64 for a float64 x).",
                      "pair j is (x[..., 2j], x[..., 2j+1]) (neighbours, not the two halves); "
                      "its angle is positions[t] * omega_j with omega_j = 10000 ** (-2j / d_k); "
                      "y_2j = x_2j cos - x_2j+1 sin, y_2j+1 = x_2j sin + x_2j+1 cos (the complex "
@@ -187,6 +203,7 @@ _ONLINE_SOFTMAX_UPDATE_MISTAKES = {
 }
 
 
+@exercise_check
 def check_online_softmax_update(fn: Callable, seed: int = 0, hint: int = 1, *,
                                 verbose: bool = False) -> None:
     """fn(m, l, acc, scores, values) -> (m, l, acc) after one more block of keys: m (..., T_q, 1)
@@ -231,6 +248,10 @@ def check_online_softmax_update(fn: Callable, seed: int = 0, hint: int = 1, *,
               hints=("Results 0, 1, 2 are the new m, l and acc. When the maximum grows, by what "
                      "factor must the sums made under the old maximum be multiplied? And what "
                      "must a query that has seen only -inf scores end with?",
+                     "The new maximum is the larger of the old one and the block's; the old sums "
+                     "were made under the old maximum, so each gets the factor exp(m - m_new) "
+                     "before the block's terms join them. A query whose maximum is still -inf "
+                     "must subtract 0, not -inf.",
                      "m_new = max(m, largest new score); p = exp(scores - m_new); both sums were "
                      "made with exp(score - m), so multiply l and acc by exp(m - m_new) before "
                      "adding p.sum(-1) and p @ values. While m_new is -inf, subtract 0 instead of "
@@ -383,6 +404,7 @@ _CACHED_GQA_MISTAKES = {
 }
 
 
+@exercise_check
 def check_cached_gqa_self_attention(cls: type, seed: int = 0, hint: int = 1, *,
                                     verbose: bool = False) -> None:
     """cls(d_model, num_heads, num_kv_heads): causal grouped-query self-attention with RoPE and a
@@ -414,6 +436,11 @@ def check_cached_gqa_self_attention(cls: type, seed: int = 0, hint: int = 1, *,
                      "keys and values cached at the end. At which positions are the new queries "
                      "and keys, which key-value head does query head i read, and which cached "
                      "positions may the i-th new position see?",
+                     "The new positions start at the number already cached; rotate the queries "
+                     "and keys (not the values) at those positions, append the new keys and "
+                     "values, let each group of h/g query heads read its key-value head, and "
+                     "give the i-th new position all cached positions up to and including its "
+                     "own.",
                      "offset = len(cache); project Q (B, h, T_new, d_k), K and V (B, g, T_new, d_k); "
                      "rotate Q and K (not V) with d2lh.apply_rotary at positions offset .. offset + "
                      "T_new - 1; cache.append(K, V); repeat the cached keys and values for the h/g "
@@ -528,6 +555,7 @@ _TOP_P_PROBS_MISTAKES = {
 }
 
 
+@exercise_check
 def check_top_p_probs(fn: Callable, seed: int = 0, hint: int = 1, *,
                       verbose: bool = False) -> None:
     """fn(logits, top_p) -> probabilities (B, V): the softmax of the logits restricted to the
@@ -552,6 +580,10 @@ def check_top_p_probs(fn: Callable, seed: int = 0, hint: int = 1, *,
               hints=("Sort each row's probabilities from the largest down: which tokens belong to "
                      "the nucleus, including the one that crosses top_p? Do the kept "
                      "probabilities sum to 1, and are they back at their tokens' places?",
+                     "From the softmax, sorted from the largest down, keep a token while the "
+                     "probability of the tokens before it is below top_p (the token that crosses "
+                     "it stays); then put the kept set back at its tokens' places and "
+                     "renormalise.",
                      "probs = torch.softmax(logits, -1); sorted, order = probs.sort(-1, "
                      "descending=True); keep a sorted token when the probability of the tokens "
                      "before it, sorted.cumsum(-1) - sorted, is below top_p (so the token that "

@@ -11,7 +11,7 @@ import torch
 from ..attention import KVCache
 from ..decoding import Beams, advance_beams
 from .cases import labelled, randint, randn, random_sizes, seeded_generator
-from .runner import Symptom, run_check
+from .runner import Symptom, exercise_check, run_check
 
 __all__ = ['check_advance_beams', 'check_follow_parents']
 
@@ -135,6 +135,7 @@ _ADVANCE_BEAMS_MISTAKES = {
 }
 
 
+@exercise_check
 def check_advance_beams(fn: Callable, seed: int = 0, hint: int = 1, *,
                         verbose: bool = False) -> None:
     """fn(log_probs, lengths, finished, step_log_probs, eos, alpha) -> (log_probs, lengths,
@@ -203,6 +204,11 @@ def check_advance_beams(fn: Callable, seed: int = 0, hint: int = 1, *,
               hints=("A candidate's total adds its beam's log-probability to its token's; a finished "
                      "beam has a single candidate, itself. Rank all k * V candidates of a sentence "
                      "at once, by the score the length penalty gives them.",
+                     "A finished beam's only candidate is itself, at no cost and no extra "
+                     "length; every other candidate adds a token's log-probability and one to "
+                     "the length. Score all k * V candidates of a sentence by total / length ** "
+                     "alpha, keep the best k, and read each one's parent beam and token from its "
+                     "index.",
                      "Where finished, replace the beam's step_log_probs by 0 for <eos> and -inf for "
                      "every other token; candidates = log_probs[..., None] + step_log_probs; their "
                      "lengths are lengths where finished, lengths + 1 elsewhere; score = candidates / "
@@ -293,6 +299,7 @@ _FOLLOW_PARENTS_MISTAKES = {
 }
 
 
+@exercise_check
 def check_follow_parents(fn: Callable, seed: int = 0, hint: int = 1, *,
                          verbose: bool = False) -> None:
     """fn(tokens, keys, values, parents, new_tokens) -> (tokens, keys, values): each beam that
@@ -336,6 +343,9 @@ def check_follow_parents(fn: Callable, seed: int = 0, hint: int = 1, *,
               hints=("New row b * k + j is beam j of sentence b, and parents[b, j] numbers a beam "
                      "of the same sentence: which old row is that? Several new beams may share "
                      "one parent.",
+                     "Old row of new beam (b, j): sentence b's block of k rows, offset by "
+                     "parents[b, j]. Gather the tokens and the cache's keys and values by those "
+                     "rows, then add the new tokens as a column.",
                      "rows = b * k + parents[b, j] for every (b, j), flattened in that order to "
                      "(B*k,) (torch.arange(B)[:, None] * k + parents); index the old tokens, keys "
                      "and values with it along their first axis (indexing copies, so a parent "

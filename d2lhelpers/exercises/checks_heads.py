@@ -10,7 +10,7 @@ import torch
 
 from ..attention import KVCache, MultiHeadAttention, causal_valid_lens, masked_softmax
 from .cases import case_label, randint, randn, random_sizes, seeded_generator, seeded_module
-from .runner import Symptom, run_check
+from .runner import Symptom, exercise_check, run_check
 
 __all__ = ["check_induction_score", "check_head_ablation"]
 
@@ -18,19 +18,24 @@ __all__ = ["check_induction_score", "check_head_ablation"]
 # The induction score -----------------------------------------------------------------------------
 
 def _induction_score(weights, tokens, target=1, queries="with an earlier copy",
-                     occurrences="all", average="pooled", read="rows"):
+                     occurrences="all", average="pooled", read="rows", copies="earlier",
+                     combine="sum"):
     """Per head (h,), the weight a query puts on the tokens that followed the earlier copies of
     its own token, averaged over the queries whose token occurred earlier; right by default, each
     other value of an argument is a classic mistake. target: the key's offset from the earlier
     copy (1: the token after it; 0: the copy itself; -1: the token before it); queries "all":
     every query in the average; occurrences "last" or "first": one earlier copy only; average
-    "per sequence": each sequence's mean first; read "columns": the weights transposed."""
+    "per sequence": each sequence's mean first; read "columns": the weights transposed; copies
+    "anywhere": copies later in the sequence count too; combine "max": the largest weight on the
+    tokens after the copies instead of their sum."""
     B, h, T, _ = weights.shape
     if read == "columns":
         weights = weights.transpose(-2, -1)
     positions = torch.arange(T)
     same = tokens[:, :, None] == tokens[:, None, :]  # (B, T_q, T_k): the same token
     earlier = same & (positions[None, :] < positions[:, None])  # key s before query t
+    if copies == "anywhere":
+        earlier = same & (positions[None, :] != positions[:, None])
     if occurrences != "all":
         index = torch.arange(T).expand(B, T, T)
         masked = torch.where(earlier, index, -1 if occurrences == "last" else T)
@@ -44,7 +49,8 @@ def _induction_score(weights, tokens, target=1, queries="with an earlier copy",
     counted = earlier.any(-1)  # (B, T): queries whose token occurred before
     if queries == "all":
         counted = torch.ones_like(counted)
-    per_query = (weights * targets[:, None].to(weights.dtype)).sum(-1)  # (B, h, T)
+    on_targets = weights * targets[:, None].to(weights.dtype)
+    per_query = on_targets.amax(-1) if combine == "max" else on_targets.sum(-1)  # (B, h, T)
     per_query = per_query * counted[:, None].to(weights.dtype)
     if average == "per sequence":
         return (per_query.sum(-1) / counted.sum(-1, keepdim=True)).mean(0)
@@ -75,6 +81,10 @@ _INDUCTION_SCORE_MISTAKES = {
     "Your score counts only the first earlier copy: a token seen twice before has two tokens "
     "that followed it, and the weight on both counts.":
         partial(_induction_score, occurrences="first"),
+    "Your score counts copies that come later in the sequence: a query can look back only, so "
+    "only the copies before it (s < t) count.": partial(_induction_score, copies="anywhere"),
+    "Your score takes the largest weight on the tokens after the earlier copies: a query's score "
+    "is their sum.": partial(_induction_score, combine="max"),
     "Your score averages each sequence first: average over all the counted queries of the "
     "batch together, so that each query weighs the same.":
         partial(_induction_score, average="per sequence"),
@@ -106,6 +116,7 @@ def _ideal_heads(tokens_first_half):
     return torch.stack([previous, induction])[None], tokens
 
 
+@exercise_check
 def check_induction_score(fn: Callable, seed: int = 0, hint: int = 1, *,
                           verbose: bool = False) -> None:
     """fn(weights, tokens) -> scores (h,): for each head, the attention weight a query puts on
@@ -134,6 +145,10 @@ def check_induction_score(fn: Callable, seed: int = 0, hint: int = 1, *,
               hints=("For a query t, which keys hold the tokens that followed the earlier copies "
                      "of token t? Which queries count in the average, and is it one score per "
                      "head?",
+                     "Compare every query's token with every earlier token (s < t) of its own "
+                     "sequence; move each match one key to the right; the query's score is the "
+                     "weight its row puts on those keys. Average over the queries that have a "
+                     "match, all sequences together, separately for each head.",
                      "same = tokens[:, :, None] == tokens[:, None, :] (B, T_q, T_k); keep s < t "
                      "(torch.tril(..., diagonal=-1)); shift it one key to the right (key s + 1); "
                      "sum weights * shifted over the keys, (B, h, T); average over the queries "
@@ -145,11 +160,13 @@ def check_induction_score(fn: Callable, seed: int = 0, hint: int = 1, *,
 # A head taken out --------------------------------------------------------------------------------
 
 def _without_head(attention, X, head, zero="W_o's input", which="head", mask="causal",
-                  project=True):
+                  project=True, rotate=True, replace="zeros"):
     """Causal self-attention of ``attention`` on X (B, T, d_model), with ``head``'s output zeroed
     before W_o; right by default, each other value of an argument is a classic mistake. zero:
     "W_o's output" (the head's slice of the output features), "queries" (the head's queries
-    zeroed: uniform attention); which: "strided" (features head::h), "all but" (every other head
+    zeroed: uniform attention); rotate False: no rotary positions; replace "mean" or "batch
+    mean": the head's output replaced by its mean over the positions (and the batch: mean
+    ablation), not zeroed; which: "strided" (features head::h), "all but" (every other head
     zeroed), "next" (head + 1); mask None: no causal mask; project False: W_o left out."""
     B, T, d_model = X.shape
     h, d_k = attention.num_heads, attention.d_k
@@ -157,7 +174,7 @@ def _without_head(attention, X, head, zero="W_o's input", which="head", mask="ca
     Q = attention.split_heads(attention.W_q(X))  # (B, h, T, d_k)
     K = attention.split_heads(attention.W_k(X))
     Vs = attention.split_heads(attention.W_v(X))
-    if attention.rotary is not None:
+    if attention.rotary is not None and rotate:
         Q, K = attention.rotary(Q), attention.rotary(K)
     if zero == "queries":
         Q = Q.clone()
@@ -174,7 +191,10 @@ def _without_head(attention, X, head, zero="W_o's input", which="head", mask="ca
         keep[chosen * d_k:(chosen + 1) * d_k] = 1.0
     else:
         keep[chosen * d_k:(chosen + 1) * d_k] = 0.0
-    if zero == "W_o's input":
+    if zero == "W_o's input" and replace != "zeros":
+        axes = (1,) if replace == "mean" else (0, 1)
+        merged = merged * keep + merged.mean(axes, keepdim=True) * (1 - keep)
+    elif zero == "W_o's input":
         merged = merged * keep
     if not project:
         return merged
@@ -192,12 +212,17 @@ _HEAD_ABLATION_MISTAKES = {
     "Your zeros land after W_o, on the head's slice of the output features: a head's output is "
     "zeroed where it enters W_o, in W_o's input (the heads side by side), before the projection "
     "mixes the heads.": partial(_without_head, zero="W_o's output"),
+    "Your queries and keys are not rotated: the notebook's layers apply rotary positions "
+    "(attention.rotary) to both before the scores.": partial(_without_head, rotate=False),
     "Your head still writes: zeroing its queries (or its scores) makes its attention uniform, an "
     "average of the values, not nothing.": partial(_without_head, zero="queries"),
     "Your zeros take every h-th feature: head i owns the contiguous features i*d_k .. "
     "(i+1)*d_k - 1 of W_o's input.": partial(_without_head, which="strided"),
     "Your layer keeps only that head: the others stay, and the head asked for goes.":
         partial(_without_head, which="all but"),
+    "Your head's output is replaced by its mean (mean ablation): the task takes the head out, "
+    "its output set to 0.": (partial(_without_head, replace="mean"),
+                             partial(_without_head, replace="batch mean")),
     "Your zeroed head is the next one: heads are numbered from 0.":
         partial(_without_head, which="next"),
     "Your attention sees the future: the layer is causal, query t reads keys 0 .. t.":
@@ -207,6 +232,7 @@ _HEAD_ABLATION_MISTAKES = {
 }
 
 
+@exercise_check
 def check_head_ablation(fn: Callable, seed: int = 0, hint: int = 1, *,
                         verbose: bool = False) -> None:
     """fn(attention, X, head) -> (B, T, d_model): what ``attention.step(X, d2lh.KVCache())``
@@ -233,6 +259,10 @@ def check_head_ablation(fn: Callable, seed: int = 0, hint: int = 1, *,
     run_check("without_head", fn, cases, reference=_without_head,
               hints=("Where do the heads' outputs sit side by side before they are mixed? Set "
                      "the part that belongs to the head asked for to 0 there, and nowhere else.",
+                     "Head i owns features i*d_k .. (i+1)*d_k - 1 of W_o's input (B, T, h*d_k). "
+                     "Zero them there on the way in (a hook you remove afterwards), or subtract "
+                     "the head's own term from the whole layer's output; leave attention's "
+                     "weights and hooks as they were.",
                      "W_o's input (B, T, h*d_k) holds head i in features i*d_k .. (i+1)*d_k - 1: "
                      "either multiply it by a mask there (a forward pre-hook on attention.W_o, "
                      "removed afterwards), or compute the whole layer and subtract the head's "

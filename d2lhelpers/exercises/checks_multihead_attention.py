@@ -15,7 +15,7 @@ from ..attention import MultiHeadAttention, masked_softmax, sequence_mask, valid
 from .cases import (MASK_KINDS, case_label, load_linear_weights, mask_inverted, randn,
                     random_choice, random_head_sizes, seeded_generator, seeded_module, size_text,
                     valid_lens_case)
-from .runner import Symptom, run_check
+from .runner import Symptom, exercise_check, run_check
 
 __all__ = ['check_per_head_weights', 'check_to_torch_multihead', 'check_packed_self_attention']
 
@@ -316,6 +316,7 @@ _PER_HEAD_WEIGHTS_MISTAKES = {
 }
 
 
+@exercise_check
 def check_per_head_weights(fn: Callable, seed: int = 0, hint: int = 1, *,
                            verbose: bool = False) -> None:
     """fn(mha, queries (B, T_q, d_model), keys (B, T_k, d_model), valid_lens) -> the attention
@@ -337,6 +338,9 @@ def check_per_head_weights(fn: Callable, seed: int = 0, hint: int = 1, *,
     run_check("per_head_weights", fn, cases, reference,
               hints=("Each head works on its own slice of the projected features: which width "
                      "scales its scores, and which valid lengths belong to each head?",
+                     "Project, split the last axis into h heads of width d_k = d_model / h with "
+                     "the heads next to the batch, scale by sqrt(d_k), and give every head of a "
+                     "sequence that sequence's valid lengths; a row with no valid key stays 0.",
                      "project with mha.W_q and mha.W_k, split the features into h heads of width "
                      "d_k = d_model / h (reshape to (B, T, h, d_k), then move the head axis next "
                      "to the batch), divide the scores by sqrt(d_k) (not sqrt(d_model)), give "
@@ -426,6 +430,7 @@ _TO_TORCH_MULTIHEAD_MISTAKES = {
 }
 
 
+@exercise_check
 def check_to_torch_multihead(fn: Callable, seed: int = 0, hint: int = 1, *,
                              verbose: bool = False) -> None:
     """fn(mha) -> a torch.nn.MultiheadAttention (batch_first) computing the same function as the
@@ -454,6 +459,10 @@ def check_to_torch_multihead(fn: Callable, seed: int = 0, hint: int = 1, *,
               compare_through=("applied to the queries, keys and values", outputs),
               hints=("PyTorch keeps the three input projections in one stacked matrix: in which "
                      "order? And where do the biases go?",
+                     "nn.MultiheadAttention stacks W_q, W_k and W_v (in that order) in "
+                     "in_proj_weight and their biases in in_proj_bias; W_o is out_proj. Build it "
+                     "with batch_first=True and the same bias setting, then copy the weights "
+                     "without gradients.",
                      "nn.MultiheadAttention(d_model, h, bias=..., batch_first=True); copy "
                      "torch.cat([W_q, W_k, W_v] weights) into in_proj_weight (in that order), "
                      "W_o's weight into out_proj.weight, and when mha has biases, the three "
@@ -512,6 +521,7 @@ _PACKED_SELF_ATTENTION_MISTAKES = {
 }
 
 
+@exercise_check
 def check_packed_self_attention(cls: type, seed: int = 0, hint: int = 1, *,
                                 verbose: bool = False) -> None:
     """cls(d_model, num_heads): multi-head self-attention with one packed projection
@@ -545,6 +555,10 @@ def check_packed_self_attention(cls: type, seed: int = 0, hint: int = 1, *,
               hints=("Result 0 is forward's output, result 1 its attention_weights. Follow one "
                      "head from the packed projection to the output: which features are its "
                      "queries, its keys, its values, and which valid lengths does it use?",
+                     "The packed projection's output is queries, keys and values side by side, "
+                     "in that order; split each into heads with the heads next to the batch, "
+                     "scale by sqrt(d_k), mask each head with its sequence's lengths, and put "
+                     "the heads side by side again before W_o.",
                      "cut W_qkv(X) into queries, keys and values along the last axis (in that "
                      "order), split each into h heads of width d_k = d_model / h with the head "
                      "axis next to the batch axis, scale the scores by sqrt(d_k), give every head "

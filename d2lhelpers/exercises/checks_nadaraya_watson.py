@@ -12,7 +12,7 @@ import torch
 
 from ..attention import DotProductAttention
 from .cases import labelled, randn, random_floats, random_sizes, seeded_generator
-from .runner import Symptom, run_check
+from .runner import Symptom, exercise_check, run_check
 
 __all__ = ['check_kernel_as_attention', 'check_loo_error']
 
@@ -80,6 +80,7 @@ _KERNEL_AS_ATTENTION_MISTAKES = {
 }
 
 
+@exercise_check
 def check_kernel_as_attention(fn: Callable, seed: int = 0, hint: int = 1, *,
                               verbose: bool = False) -> None:
     """fn(queries (n_q, d), keys (n_k, d), width) -> (q (n_q, D), k (n_k, D)) with which
@@ -109,6 +110,10 @@ def check_kernel_as_attention(fn: Callable, seed: int = 0, hint: int = 1, *,
               hints=("Expand -|x - x_i|^2 / (2 width^2): which part depends on both x and x_i, "
                      "which on x_i alone, which on x alone? A softmax does not see a term that is "
                      "the same for every key. And what does the layer do to q . k?",
+                     "-|x - x_i|^2 / 2 is x . x_i - |x_i|^2 / 2 - |x|^2 / 2, and the last term "
+                     "is the same for every key. Put x in the query with an extra feature 1, and "
+                     "x_i with -|x_i|^2 / 2 in the key, scaled so that the layer's 1 / sqrt(D) "
+                     "and the width both come out right.",
                      "-|x - x_i|^2 / 2 = x . x_i - |x_i|^2 / 2 - |x|^2 / 2, and the last term is "
                      "the same for every key: take q = (x, 1) and k = c (x_i, -|x_i|^2 / 2), one "
                      "feature more than the inputs (D = d + 1), with c = sqrt(D) / width^2 to "
@@ -177,6 +182,7 @@ _LOO_ERROR_MISTAKES = {
 }
 
 
+@exercise_check
 def check_loo_error(fn: Callable, seed: int = 0, hint: int = 1, *,
                     verbose: bool = False) -> None:
     """fn(x (n,), y (n,), width) -> the mean squared leave-one-out error (a number) of Gaussian
@@ -201,6 +207,9 @@ def check_loo_error(fn: Callable, seed: int = 0, hint: int = 1, *,
     run_check("loo_error", fn, cases, reference, mistakes=_LOO_ERROR_MISTAKES, verbose=verbose,
               hints=("Leave-one-out means that point i never helps to predict itself: is that so "
                      "in your function? Is the error a mean or a sum?",
+                     "For point i, the keys are all the other points: mask the diagonal of the "
+                     "Gaussian kernel's scores before the softmax; the error is the mean squared "
+                     "difference between those predictions and the y_i.",
                      "query i must not be among its own keys (mask the diagonal, or use "
                      "keys_loo's trick); the kernel is -((x_i - x_j) / width)^2 / 2 before the "
                      "softmax; the error is the mean over the n points of (prediction - y_i)^2."),

@@ -15,7 +15,7 @@ from ..attention import masked_softmax, sequence_mask, valid_lens_to_mask
 from ..positional import PositionalEncoding
 from .cases import (MASK_KINDS, case_label, labelled, mask_inverted, randn, random_choice,
                     random_floats, random_sizes, seeded_generator, size_text, valid_lens_case)
-from .runner import Symptom, run_check
+from .runner import Symptom, exercise_check, run_check
 
 __all__ = ['check_sinusoidal_table', 'check_offset_attention', 'check_relative_self_attention']
 
@@ -106,6 +106,7 @@ _SINUSOIDAL_TABLE_MISTAKES = {
 }
 
 
+@exercise_check
 def check_sinusoidal_table(fn: Callable, seed: int = 0, hint: int = 1, *,
                            verbose: bool = False) -> None:
     """fn(max_len, d) -> the sinusoidal table P (max_len, d), for any width d (odd included):
@@ -122,6 +123,9 @@ def check_sinusoidal_table(fn: Callable, seed: int = 0, hint: int = 1, *,
               hints=("Compare your table with the formula column by column: which columns hold "
                      "sines, which cosines, and which exponent does each pair use? Try an odd "
                      "width too.",
+                     "Sines in the even columns, cosines in the odd ones; pair j (columns 2j and "
+                     "2j + 1) turns at omega_j = 1 / 10000^(2j / d); for an odd d the last "
+                     "column is a sine with no cosine.",
                      "column 2j holds sin(i * omega_j) and column 2j+1 cos(i * omega_j), with "
                      "omega_j = 1 / 10000^(2j / d): the exponent uses 2j, the column index of the "
                      "sine. Interleave them (P[:, 0::2], P[:, 1::2]); with an odd d the last sine "
@@ -223,6 +227,7 @@ _OFFSET_ATTENTION_MISTAKES = {
 }
 
 
+@exercise_check
 def check_offset_attention(fn: Callable, seed: int = 0, hint: int = 1, *,
                            verbose: bool = False) -> None:
     """fn(P, delta, beta) -> the weights (T, T), float64, of a head that attends by offset alone:
@@ -247,6 +252,10 @@ def check_offset_attention(fn: Callable, seed: int = 0, hint: int = 1, *,
               hints=("The key of position j must match the query of position j + delta. Which map "
                      "of section 4 turns p_j into p_(j+delta), also past the last row of P, and "
                      "which side does it turn: the keys or the queries?",
+                     "Section 4's rotation M_delta turns p_j into p_(j + delta), for any row; "
+                     "apply it to the keys (every row of P), then take the softmax over the keys "
+                     "of beta times the queries' dot products with them, without a mask or a "
+                     "sqrt(d).",
                      "build M_delta = torch.block_diag of the rotations by delta * omega_j "
                      "(omega_j = 1 / 10000^(2j/d)); keys = P @ M_delta.T (row j becomes "
                      "p_(j+delta)); weights = softmax(beta * P @ keys.T) over the keys, the last "
@@ -422,6 +431,7 @@ _RELATIVE_SELF_ATTENTION_MISTAKES = {
 }
 
 
+@exercise_check
 def check_relative_self_attention(cls: type, seed: int = 0, hint: int = 1, *,
                                   verbose: bool = False) -> None:
     """cls(d_model, max_distance): one head of self-attention with a learned bias for each
@@ -477,6 +487,9 @@ def check_relative_self_attention(cls: type, seed: int = 0, hint: int = 1, *,
                      "i and one key j, which entry of relative_bias belongs to them, also when "
                      "they are further apart than max_distance, and where in the computation is "
                      "it added?",
+                     "The offset is key minus query, j - i; clip it to +-max_distance and shift "
+                     "it to index relative_bias; add that (T, T) bias to the scaled scores, "
+                     "before the masked softmax.",
                      "build the (T, T) table of offsets j - i (key minus query), clip it to "
                      "[-max_distance, max_distance], shift it by max_distance to index "
                      "relative_bias, and add that bias to the scaled scores before "

@@ -13,7 +13,7 @@ import torch
 from ..attention import DotProductAttention
 from .cases import (labelled, load_linear_weights, randint, randn, random_floats, random_sizes,
                     seeded_generator)
-from .runner import Symptom, run_check
+from .runner import Symptom, exercise_check, run_check
 
 __all__ = ['check_lookup', 'check_cross_attention']
 
@@ -136,6 +136,7 @@ def _reference_lookup(queries, keys, values, temperature):
     return _wrong_lookup(queries, keys, values, temperature)  # every argument at its right value
 
 
+@exercise_check
 def check_lookup(fn: Callable, seed: int = 0, hint: int = 1, *, verbose: bool = False) -> None:
     """fn(queries (B, T_q, d), keys (B, T_k, d), values (B, T_k, d_v), temperature) -> (outputs
     (B, T_q, d_v), weights (B, T_q, T_k)), the weights softmax(Q K^T / (temperature sqrt(d)))
@@ -146,6 +147,9 @@ def check_lookup(fn: Callable, seed: int = 0, hint: int = 1, *, verbose: bool = 
               hints=("Two things decide the weights: what the temperature does to the scores, and "
                      "what is left of the softmax as the temperature falls to 0. What do the "
                      "weights of a row tend to when two keys share its largest score?",
+                     "Divide the scores by temperature * sqrt(d) and take the softmax over the "
+                     "keys; temperature 0 needs a case of its own: every key with the row's "
+                     "largest score gets an equal share, the others 0.",
                      "scores = Q @ K^T (batched, keys transposed on their last two axes) divided "
                      "by temperature * sqrt(d), softmax over the keys (the last axis). At "
                      "temperature 0 divide by nothing: mark the keys whose score equals the row's "
@@ -229,6 +233,7 @@ def _cross_attention_cases(generator) -> list[tuple[str, tuple]]:
         f"d_v={W_v.shape[0]}"))
 
 
+@exercise_check
 def check_cross_attention(cls: type, seed: int = 0, hint: int = 1, *,
                           verbose: bool = False) -> None:
     """cls(query_size, context_size, d, d_v): attention of one sequence's queries over another
@@ -254,6 +259,9 @@ def check_cross_attention(cls: type, seed: int = 0, hint: int = 1, *,
               verbose=verbose,
               hints=("Which sequence gives the queries, which the keys and the values? And by the "
                      "square root of which width are the scores divided?",
+                     "The queries come from the queries' sequence through W_q; the keys and "
+                     "values from the context through W_k and W_v. Scale by the square root of "
+                     "the projected width and take the softmax over the keys.",
                      "Q = self.W_q(queries), K = self.W_k(context), V = self.W_v(context); the "
                      "weights are the softmax over the last axis of Q @ K.transpose(1, 2) / "
                      "sqrt(d), d being the width of Q and K (not of the inputs); return (weights "

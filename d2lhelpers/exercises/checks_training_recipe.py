@@ -10,7 +10,7 @@ import torch
 
 from .cases import (labelled, randint, randn, random_choice, random_lengths, random_sizes,
                     seeded_generator)
-from .runner import run_check
+from .runner import exercise_check, run_check
 
 __all__ = ['check_real_token_smoothing', 'check_adam_steps']
 
@@ -121,6 +121,7 @@ _REAL_TOKEN_SMOOTHING_MISTAKES = {
 }
 
 
+@exercise_check
 def check_real_token_smoothing(fn: Callable, seed: int = 0, hint: int = 1, *,
                                verbose: bool = False) -> None:
     """fn(logits, targets, valid_lens, eps, real_tokens) -> the label-smoothed cross-entropy whose
@@ -165,6 +166,10 @@ def check_real_token_smoothing(fn: Callable, seed: int = 0, hint: int = 1, *,
     run_check("real_token_smoothing", fn, cases, reference=_real_token_smoothing,
               hints=("Read the input your function failed on: a huge logit, -inf logits, NaN in "
                      "the padding? Each one trips a different step of the computation.",
+                     "Work in log-probabilities from log_softmax; the uniform part averages over "
+                     "the real tokens only (their number, not V); select the valid positions "
+                     "rather than multiplying by a mask, so that NaN or -inf elsewhere never "
+                     "enters.",
                      "log_p = torch.log_softmax(logits, dim=-1) (never log(softmax): it "
                      "underflows to -inf); the uniform part is the mean of -log_p over the real "
                      "tokens only (log_p[..., real_tokens].mean(-1): divide by their number, not "
@@ -285,6 +290,7 @@ _ADAM_STEPS_MISTAKES = {
 }
 
 
+@exercise_check
 def check_adam_steps(fn: Callable, seed: int = 0, hint: int = 1, *,
                      verbose: bool = False) -> None:
     """fn(grads, schedule, betas, eps) -> steps (S, n): the change Adam makes to a parameter at
@@ -327,6 +333,9 @@ def check_adam_steps(fn: Callable, seed: int = 0, hint: int = 1, *,
     run_check("adam_steps", fn, cases, reference=_adam_steps, atol=1e-10, rtol=1e-5,
               hints=("Keep m and v from one update to the next, and count the updates from 1: "
                      "the bias correction and the schedule both use that count.",
+                     "m and v start at 0 and carry over; at update s (from 1) both are "
+                     "bias-corrected by 1 - beta ** s, and the step is minus the schedule's "
+                     "learning rate at s times m_hat / (sqrt(v_hat) + eps).",
                      "m = v = zeros (n,); for s = 1 .. S with g = grads[s - 1]: m = beta1 * m + "
                      "(1 - beta1) * g, v = beta2 * v + (1 - beta2) * g * g; m_hat = m / (1 - "
                      "beta1 ** s), v_hat = v / (1 - beta2 ** s); step = -schedule(s) * m_hat / "

@@ -4,19 +4,150 @@ and a decoder block's cached step. (The Transformer itself is in d2lhelpers.tran
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable
 from functools import partial
 
 import torch
 
 from ..attention import KVCache, causal_valid_lens
-from ..transformer import DecoderBlock
+from ..transformer import DecoderBlock, EncoderBlock
 from .cases import (case_label, feed_in_chunks, labelled, randint, randn, random_sizes,
                     seeded_generator, seeded_module)
-from .runner import run_check
+from .runner import Symptom, exercise_check, run_check
 
-__all__ = ['check_transformer_multiply_adds', 'check_cached_block_step']
+__all__ = ['check_sublayer_parameters', 'check_default_init_stds',
+           'check_transformer_multiply_adds', 'check_cached_block_step']
+
+
+# Exercise 1: the parameters of the two sublayers -------------------------------------------------
+
+def _sublayer_parameters(d_model, ffn_hidden, *, biases=("attention", "W_1", "W_2"),
+                         projections=4, norms=0, width=None):
+    """(attention sublayer, FFN) parameters of an encoder block, right by default; each other
+    value of an argument is a classic mistake. biases: the parts that keep theirs; norms: the
+    LayerNorms counted in each; width: the FFN's hidden width used (None: ffn_hidden)."""
+    d, f = d_model, (ffn_hidden if width is None else width * d_model)
+    attention = projections * (d * d + d * ("attention" in biases)) + 2 * d * norms
+    ffn = 2 * d * f + f * ("W_1" in biases) + d * ("W_2" in biases) + 2 * d * norms
+    return attention, ffn
+
+
+def _block_parameters(d_model, ffn_hidden):
+    """The reference: the parameters of d2lh.EncoderBlock's attention and FFN, counted."""
+    block = EncoderBlock(d_model, 1, ffn_hidden)
+    return (sum(p.numel() for p in block.self_attention.parameters()),
+            sum(p.numel() for p in block.ffn.parameters()))
+
+
+_SUBLAYER_PARAMETERS_MISTAKES = {
+    "Your counts leave out biases: every nn.Linear of the block has one (W_q, W_k, W_v, W_o, and "
+    "the FFN's two layers).": tuple(partial(_sublayer_parameters, biases=kept) for kept in (
+        (), ("W_1", "W_2"), ("attention",), ("attention", "W_1"), ("attention", "W_2"))),
+    "Your attention has three projections: W_o, which mixes the heads' outputs, is a fourth "
+    "d_model x d_model layer.": (partial(_sublayer_parameters, projections=3),
+                                 partial(_sublayer_parameters, projections=3, biases=())),
+    "Your counts include the add & norm's LayerNorm (2 d_model parameters): count the sublayer "
+    "itself.": partial(_sublayer_parameters, norms=1),
+    "Your FFN's hidden width is 4 d_model, the paper's: use ffn_hidden, the width you are "
+    "given.": partial(_sublayer_parameters, width=4),
+}
+
+
+@exercise_check
+def check_sublayer_parameters(fn: Callable, seed: int = 0, hint: int = 1, *,
+                              verbose: bool = False) -> None:
+    """fn(d_model, ffn_hidden) -> (parameters of an encoder block's attention sublayer, of its
+    FFN), compared with those of d2lh.EncoderBlock, counted."""
+    generator = seeded_generator(seed)
+    fixed = [("notebook 07's model", (64, 128)), ("the paper's base model", (512, 2048)),
+             ("a narrow FFN", (12, 5)), ("one feature", (1, 3))]
+    random = [("", (s["d"], s["f"])) for s in random_sizes(generator, 2, d=(2, 40), f=(1, 90))]
+    cases = labelled(fixed + random, lambda d, f: f"d_model={d}, ffn_hidden={f}")
+    run_check("sublayer_parameters", fn, cases, reference=_block_parameters,
+              hints=("Which nn.Linear layers does each sublayer hold, what shape is each weight, "
+                     "and does each have a bias?",
+                     "The attention sublayer holds four d_model -> d_model layers (W_q, W_k, W_v, "
+                     "W_o); the FFN two, d_model -> ffn_hidden and ffn_hidden -> d_model. A "
+                     "layer from a to b features holds a*b weights and b biases.",
+                     "attention = 4 * (d_model * d_model + d_model); ffn = 2 * d_model * "
+                     "ffn_hidden + ffn_hidden + d_model."),
+              atol=0.5, rtol=0.0, hint=hint, mistakes=_SUBLAYER_PARAMETERS_MISTAKES,
+              verbose=verbose)
+
+
+# Exercise 2: the residual stream at PyTorch's default initialisation -----------------------------
+
+_LAYERS = 24
+
+
+def _stream_stds(norm_first, s2, law="sqrt(1 + s^2 l)"):
+    """The standard deviation of the residual stream after each of 24 add & norm layers around
+    fresh FFNs whose output has variance ``s2`` for a normalised input: 1 after every post-norm
+    layer; in pre-norm the variances add up, sqrt(1 + s2 l). Each other ``law`` is a classic
+    mistake's curve."""
+    layer = torch.arange(1, _LAYERS + 1, dtype=torch.float32)
+    if not norm_first:
+        return torch.ones(_LAYERS)
+    return {"sqrt(1 + s^2 l)": torch.sqrt(1 + s2 * layer),
+            "sqrt(1 + l)": torch.sqrt(1 + layer),  # section 3's initialisation kept
+            "1 + s^2 l": 1 + s2 * layer,  # the variance, not its square root
+            "sqrt(1 + s^2 l^2)": torch.sqrt(1 + s2 * layer ** 2),  # one FFN for every layer
+            }[law]
+
+
+def _pre_norm_as_post(result, norm_first) -> bool:
+    """Whether a pre-norm curve stays at 1, as a post-norm one does."""
+    return bool(norm_first) and bool(torch.allclose(torch.as_tensor(result, dtype=torch.float64),
+                                                    torch.ones(_LAYERS, dtype=torch.float64),
+                                                    atol=0.03))
+
+
+_DEFAULT_INIT_STDS_MISTAKES = {  # each mistake's curve (None: a pre-norm curve that stays at 1)
+    "Your FFNs keep section 3's initialisation (the curve is its sqrt(1 + layer)): leave them as "
+    "PyTorch initialises them.": "sqrt(1 + l)",
+    "Your curve is the variance of the stream: return its square root, the standard deviation.":
+        "1 + s^2 l",
+    "Your stack reuses one FFN in every layer: its outputs add up in step and the stream grows "
+    "about linearly; build a fresh FFN for each layer.": "sqrt(1 + s^2 l^2)",
+    "Your pre-norm stack stays at 1 as a post-norm one does: pass norm_first to AddNorm, so that "
+    "pre-norm adds the FFN's output to the stream.": None,
+}
+
+
+@exercise_check
+def check_default_init_stds(fn: Callable, seed: int = 0, hint: int = 1, *,
+                            verbose: bool = False) -> None:
+    """fn(norm_first) -> (24,): the standard deviation of the residual stream after each of 24
+    AddNorm(64, norm_first) layers around fresh PositionwiseFFN(64, 256) at PyTorch's default
+    initialisation, for a unit-scale input (16, 10, 64), the variance averaged over 8 stacks.
+    Compared, within 15%, with sqrt(1 + s^2 layer) in pre-norm (s: the FFN's output standard
+    deviation, measured here) and 1 in post-norm."""
+    from ..transformer import PositionwiseFFN
+
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(1000 + seed)
+        s2 = float(torch.stack([PositionwiseFFN(64, 256)(torch.randn(16, 10, 64)).var()
+                                for _ in range(64)]).mean())
+
+    def seeded(norm_first):  # the learner's function on a stream of its own
+        torch.manual_seed(seed)
+        return fn(norm_first)
+
+    mistakes = {sentence: Symptom(_pre_norm_as_post) if law is None else
+                partial(lambda norm_first, law: _stream_stds(norm_first, s2, law), law=law)
+                for sentence, law in _DEFAULT_INIT_STDS_MISTAKES.items()}
+    run_check("default_init_stds", seeded, [("pre-norm", (True,)), ("post-norm", (False,))],
+              reference=lambda norm_first: _stream_stds(norm_first, s2),
+              hints=("Start from section 3's residual_stream_stds: what does it do to the FFNs "
+                     "that PyTorch would not?",
+                     "Leave out the four init lines and keep the rest: a fresh AddNorm and "
+                     "PositionwiseFFN(64, 256) at every layer, the variance of X after each layer "
+                     "averaged over the 8 stacks, then the square root.",
+                     "variances[layer] += X.var().item() / num_stacks after X = AddNorm(d, "
+                     "norm_first=norm_first)(X, PositionwiseFFN(d, 4 * d)), under torch.no_grad(); "
+                     "return variances.sqrt()."),
+              atol=0.02, rtol=0.15, hint=hint, mistakes=mistakes, verbose=verbose)
+
 
 
 # The classic mistakes, each as the function that makes it ----------------------------------------
@@ -29,26 +160,31 @@ def _multiply_adds(d_model, num_heads, ffn_hidden, num_layers, vocab_size, T_src
                    heads="shared", causal="full", cross_kv="source", cross_queries="target",
                    cross_pairs="T_tgt T_src",
                    projections=4, ffn_matrices=2, ffn_stacks="both", layers=True, output="once",
-                   per="multiply-add"):
+                   per="multiply-add", once=()):
     """The multiply-adds of one teacher-forced forward pass of the Transformer, for one source
     sentence of T_src tokens and a decoder input of T_tgt tokens, split into PARTS; right by
-    default, each other value of an argument is a classic mistake."""
+    default, each other value of an argument is a classic mistake (heads "none": no scores or
+    weighted sums; "one": those of one head of width d_model/h; once: the parts, 0 to 2, counted
+    for one block only)."""
     d, N = d_model, (num_layers if layers else 1)
 
     def attention(T_q, T_kv, pairs):
         # W_q (and W_o) on the queries' positions, W_k and W_v on the keys' positions, then the
         # scores and the weighted sums: one dot product of width d_model per query-key pair each
         count = (projections - 2) * T_q * d * d + 2 * T_kv * d * d
-        return count + 2 * pairs * d * (num_heads if heads == "multiply" else 1)
+        width = {"multiply": num_heads * d, "none": 0, "one": d // num_heads}.get(heads, d)
+        return count + 2 * pairs * width
 
     kv_length = T_src if cross_kv == "source" else T_tgt
     pairs = {"T_tgt T_src": T_tgt * T_src, "T_tgt^2": T_tgt * T_tgt,
              "T_src^2": T_src * T_src}[cross_pairs]
     unmasked = {"full": T_tgt * T_tgt, "half with the diagonal": T_tgt * (T_tgt + 1) // 2}[causal]
     ffn_positions = {"both": T_src + T_tgt, "target": T_tgt, "source": T_src}[ffn_stacks]
-    counts = (N * attention(T_src, T_src, T_src * T_src),
-              N * attention(T_tgt, T_tgt, unmasked),
-              N * attention(T_tgt if cross_queries == "target" else T_src, kv_length, pairs),
+    blocks = [1 if part in once else N for part in range(3)]
+    counts = (blocks[0] * attention(T_src, T_src, T_src * T_src),
+              blocks[1] * attention(T_tgt, T_tgt, unmasked),
+              blocks[2] * attention(T_tgt if cross_queries == "target" else T_src, kv_length,
+                                    pairs),
               N * ffn_matrices * d * ffn_hidden * ffn_positions,
               {"once": 1, "none": 0, "per block": N}[output] * T_tgt * d * vocab_size)
     return tuple(2 * c if per == "FLOP" else c for c in counts)
@@ -60,6 +196,14 @@ _MULTIPLY_ADDS_MISTAKES = {
     "Your attention grows with the number of heads: h heads of width d_model/h compute their "
     "scores and weighted sums with T_q T_k d_model multiply-adds together, as one full-width "
     "head would.": partial(_multiply_adds, heads="multiply"),
+    "Your attention counts only its projections: the scores Q K^T and the weighted sums of the "
+    "values are matrix products too, T_q T_k d_model multiply-adds each.":
+        partial(_multiply_adds, heads="none"),
+    "Your scores and weighted sums count one head, of width d_k = d_model / h: all h heads "
+    "compute theirs, T_q T_k d_model multiply-adds together.": partial(_multiply_adds, heads="one"),
+    "Your count of an attention is that of one block: every block of its stack has one, "
+    "num_layers in all.": tuple(partial(_multiply_adds, once=once)
+                                for once in ((2,), (1,), (0,), (1, 2))),
     "Your decoder's self-attention counts only the pairs the causal mask lets through: this "
     "code computes the scores of the future keys too, then masks them; the mask saves no "
     "multiply-adds (fused kernels can skip whole blocks of them, at most half).":
@@ -88,6 +232,7 @@ _MULTIPLY_ADDS_MISTAKES = {
 }
 
 
+@exercise_check
 def check_transformer_multiply_adds(fn: Callable, seed: int = 0, hint: int = 1, *,
                                     verbose: bool = False) -> None:
     """fn(d_model, num_heads, ffn_hidden, num_layers, vocab_size, T_src, T_tgt) -> the
@@ -113,6 +258,11 @@ def check_transformer_multiply_adds(fn: Callable, seed: int = 0, hint: int = 1, 
               hints=("Go through one block of each stack: which matrices does each position pass "
                      "through, how many query-key pairs does each attention score, and which "
                      "sequence gives the keys and values of the encoder-decoder attention?",
+                     "A linear layer costs its weights' count per position. An attention costs "
+                     "W_q and W_o on the queries' positions, W_k and W_v on the keys', plus the "
+                     "scores and the weighted sums, T_q T_k d_model each, whatever the number of "
+                     "heads or the mask. Every block of both stacks has its attentions and FFN; "
+                     "the output layer runs once.",
                      "a linear layer from a to b features costs a*b per position. An attention "
                      "with T_q queries over T_k keys: W_q and W_o on T_q positions, W_k and W_v "
                      "on T_k positions (d_model^2 each), then T_q*T_k*d_model for the scores and "
@@ -135,12 +285,12 @@ def _outputs_in_chunks(step, block, X, chunk_sizes, enc_outputs, src_valid_lens)
 def _wrong_block_step(block, x, cache, enc, src_valid_lens, placement="the block's",
                       store=True, read_cache=True, offset=True, causal=True, cross_mask=True,
                       project_from="sublayer input", swapped=(), shift=0, residual=(1, 2, 3),
-                      skip=None, norms=(1, 2, 3)):
+                      skip=None, norms=(1, 2, 3), residual_in=("pre", "post")):
     """DecoderBlock.step written from the block's parts, right by default; each other value of an
     argument is a classic mistake. swapped: the attentions ("self", "cross") whose keys and values
     trade places; shift: the causal lengths off by it; residual: the sublayers (1, 2, 3) that
-    keep their residual connection; skip: a sublayer left out; norms: the add_norm each sublayer
-    uses."""
+    keep their residual connection (in the placements residual_in; in the other, all do); skip: a
+    sublayer left out; norms: the add_norm each sublayer uses."""
     sublayers = dict(zip((block.add_norm1, block.add_norm2, block.add_norm3), (1, 2, 3)))
 
     def sublayer(add_norm, x, f):
@@ -152,7 +302,7 @@ def _wrong_block_step(block, x, cache, enc, src_valid_lens, placement="the block
                                                                    f"add_norm{placement[9]}"):
             pre = placement.endswith("pre")  # "sublayer n pre" (or post): that one always so
         norm = getattr(block, f"add_norm{norms[n - 1]}").norm
-        keep = x if n in residual else 0
+        keep = x if n in residual or ("pre" if pre else "post") not in residual_in else 0
         return keep + f(norm(x)) if pre else norm(keep + f(x))
 
     def masked_self_attention(h):
@@ -213,7 +363,8 @@ _CACHED_BLOCK_STEP_MISTAKES = {
     "new ones up to itself, itself included.": tuple(_wrong_chunks(shift=shift)
                                                      for shift in (1, -1)),
     "Your sublayers leave out a residual connection: each sublayer's output is added to its "
-    "input.": tuple(_wrong_chunks(residual=residual)
+    "input.": tuple(_wrong_chunks(residual=residual, residual_in=placed)
+                    for placed in (("pre", "post"), ("pre",), ("post",))
                     for residual in ((), (2, 3), (1, 3), (1, 2))),
     "Your step leaves out a sublayer: masked self-attention, then encoder-decoder attention, then "
     "the FFN, each with its own add & norm.": tuple(_wrong_chunks(skip=n) for n in (1, 2, 3)),
@@ -224,6 +375,7 @@ _CACHED_BLOCK_STEP_MISTAKES = {
 }
 
 
+@exercise_check
 def check_cached_block_step(fn: Callable, seed: int = 0, hint: int = 1, *,
                             verbose: bool = False) -> None:
     """fn(block, x, cache, enc_keys, enc_values, src_valid_lens) -> the outputs (B, T_new, d_model)
@@ -260,6 +412,11 @@ def check_cached_block_step(fn: Callable, seed: int = 0, hint: int = 1, *,
                   hints=("Which sublayer's input is normalised in pre-norm, and what does post-norm "
                          "normalise instead? Which positions may the i-th new position see, counting "
                          "those cached at earlier steps?",
+                         "Write the sublayer step once for both placements; in the masked "
+                         "self-attention, project the new keys and values from the same input as "
+                         "the queries, append them before attending, and let the i-th new "
+                         "position see every position cached before this step plus the new ones "
+                         "up to itself.",
                          "Per sublayer: post-norm is norm(x + f(x)), pre-norm x + f(norm(x)), chosen "
                          "by block.add_normN.norm_first. In the masked self-attention, append the new "
                          "positions' keys and values (projected from the same input as the queries) "
@@ -270,5 +427,7 @@ def check_cached_block_step(fn: Callable, seed: int = 0, hint: int = 1, *,
                   hint=hint, mistakes=_CACHED_BLOCK_STEP_MISTAKES, verbose=verbose)
 
 
-MISTAKES = {"check_transformer_multiply_adds": _MULTIPLY_ADDS_MISTAKES,
+MISTAKES = {"check_sublayer_parameters": _SUBLAYER_PARAMETERS_MISTAKES,
+            "check_default_init_stds": _DEFAULT_INIT_STDS_MISTAKES,
+            "check_transformer_multiply_adds": _MULTIPLY_ADDS_MISTAKES,
             "check_cached_block_step": _CACHED_BLOCK_STEP_MISTAKES}  # the catalogues, for the tests

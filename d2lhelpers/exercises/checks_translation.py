@@ -12,7 +12,7 @@ from ..attention import sequence_mask
 from ..decoding import greedy_decode, sequence_log_prob
 from ..transformer import Transformer
 from .cases import case_label, randint, random_lengths, seeded_generator, seeded_module
-from .runner import run_check
+from .runner import exercise_check, run_check
 
 __all__ = ["check_cached_greedy_decode", "check_translation_log_prob"]
 
@@ -129,6 +129,7 @@ def _remembering_case(generator, B: int, max_len: int, bos: int, V_tgt: int):
     raise RuntimeError("no suitable random model found: change the seed")
 
 
+@exercise_check
 def check_cached_greedy_decode(fn: Callable, seed: int = 0, hint: int = 1, *,
                                verbose: bool = False) -> None:
     """fn(model, src, src_valid_lens, bos, eos, max_len) -> (B, T_out) greedy tokens, <bos> left
@@ -161,6 +162,10 @@ def check_cached_greedy_decode(fn: Callable, seed: int = 0, hint: int = 1, *,
     run_check("cached_greedy_decode", fn, cases, reference=greedy_decode,
               hints=("Compare the number of tokens you return with the expected number: when does "
                      "the loop stop, and what do finished sentences emit meanwhile?",
+                     "Encode the source once and start the decoder's state from it; each step "
+                     "feeds the newest token of each row only, takes the most probable next "
+                     "token, makes it <eos> in the rows already finished, and the loop ends when "
+                     "every row is.",
                      "Encode once; state = model.decoder.init_state(enc_outputs, src_valid_lens); at "
                      "each step feed only the newest tokens, (B, 1), to model.decoder.step(tokens, "
                      "state) and take the argmax of the last position; set the finished rows' token "
@@ -235,6 +240,7 @@ _TRANSLATION_LOG_PROB_MISTAKES = {
 }
 
 
+@exercise_check
 def check_translation_log_prob(fn: Callable, seed: int = 0, hint: int = 1, *,
                                verbose: bool = False) -> None:
     """fn(model, src, src_valid_lens, tokens, bos, eos) -> (log_probs, lengths), each (B,): the
@@ -263,6 +269,10 @@ def check_translation_log_prob(fn: Callable, seed: int = 0, hint: int = 1, *,
         run_check("translation_log_prob", fn, cases, reference=sequence_log_prob,
                   hints=("Which tokens does the decoder see when it predicts tokens[:, t]? And which "
                          "tokens of a row belong to the translation?",
+                         "Teacher forcing: the decoder reads <bos> and the tokens before "
+                         "position t to predict token t; add the log-probabilities the model "
+                         "gives the given tokens, over the positions up to the first <eos>, that "
+                         "one included.",
                          "Feed the decoder <bos> followed by tokens[:, :-1] (shifted right), take "
                          "log_softmax of the logits, gather the log-probability of each given token, "
                          "and sum over the positions up to the first <eos>, included (all of them if "

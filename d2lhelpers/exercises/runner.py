@@ -1,11 +1,13 @@
 """Running a check: the learner's function against a reference, on every case, and a failure
 message that teaches: the mistake by name when the check recognises it, the input that failed,
 the learner's own result against the expected one, and hints that nudge before they tell (the
-first step by default; ``hint=2`` on a check shows two).
+first step by default; ``hint=2`` on a check shows two; the last step, which gives the answer,
+says so). A function that leaves its inputs changed (a tensor, a layer's parameters, buffers,
+hooks or mode) fails, whatever its result, and the message says what it changed.
 
-A failure fits on a screen: inputs and results are summarised (kinds, shapes, a few values; where
-and how many values differ, and the worst of them); ``verbose=True`` shows them in full, and the
-raised error keeps the full version in ``details`` either way.
+A failure fits on a screen: inputs and results are summarised (kinds, shapes; where and how many
+values differ, the worst of them, and the values around it); ``verbose=True`` shows them in full,
+and the raised error keeps the full version in ``details`` either way.
 
 Mistakes are recognised by what the learner's function does, never guessed: each check passes a
 catalogue of the classic mistakes of its exercise (``mistakes``), each a wrong reference (what the
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import importlib.util
 import inspect
 import io
@@ -42,11 +45,18 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-__all__ = ["ExerciseCheckFailed", "Symptom", "check_afresh", "run_check"]
+__all__ = ["ExerciseCheckFailed", "MODEL_ANSWER", "Symptom", "check_afresh", "exercise_check",
+           "run_check"]
 
 _CHECKS_DIR = pathlib.Path(__file__).resolve().parent  # d2lhelpers/exercises
 _WIDTH = 100  # the width a message is wrapped to
 _VALUES_WIDTH = 84  # the width of a summary of values, after its label ("  expected: ")
+
+
+# What a check prints, with model_answer=True, on the model answer of a teaching notebook: the
+# learner has earned no verdict there (exercise_authoring writes the same line as the cell's
+# stored output, so it holds no count of cases).
+MODEL_ANSWER = "✓ the model answer passes {check}; try yours in the student copy"
 
 
 class ExerciseCheckFailed(AssertionError):
@@ -218,6 +228,33 @@ def _differing_part(got, expected, atol: float, rtol: float, label: str = ""):
     return label, got, expected
 
 
+def _around_worst(value, got, expected, width: int) -> str | None:
+    """``value`` (``got`` or ``expected``, arrays of one shape whose values do not all fit in
+    ``width``) summarised around their largest difference: its kind, then the values of the last
+    axis near that place, e.g. "tensor (2, 5, 16) float32, at [1, 4, 5:11]: [...]"; else None."""
+    have, want = _as_tensor(got), _as_tensor(expected)
+    if have is None or want is None or have.shape != want.shape or want.dim() == 0:
+        return None
+    if _nested(np.asarray(_as_tensor(value).cpu().double()),
+               width - len(_kind(value)) - 2) is not None:
+        return None  # it fits whole: show it whole
+    have, want = have.cpu().double(), want.cpu().double()
+    same = (have == want) | (have.isnan() & want.isnan())
+    worst = (have - want).abs().masked_fill(same, 0).nan_to_num(math.inf).flatten().argmax()
+    index = [int(i) for i in np.unravel_index(int(worst), tuple(want.shape))]
+    length = want.shape[-1]
+    for shown in range(min(length, 6), 0, -1):  # as many values of the last axis as fit
+        start = min(max(index[-1] - shown // 2, 0), length - shown)
+        where = ", ".join([*map(str, index[:-1]),
+                           ":" if shown == length else f"{start}:{start + shown}"])
+        part = _as_tensor(value).cpu()[tuple(index[:-1])][start:start + shown]
+        part = (part.float() if part.dtype in (torch.bfloat16, torch.float16) else part).numpy()
+        text = f"{_kind(value)}, at [{where}]: {_nested(part, width)}"
+        if len(text) <= width or shown == 1:
+            return text
+    return None
+
+
 def _values_text(array: np.ndarray) -> str:
     """An array's values, rounded, its middle left out when it is large."""
     return np.array2string(array, precision=4, suppress_small=True, threshold=64, edgeitems=3)
@@ -353,6 +390,42 @@ def _same(a, b) -> bool:
     if isinstance(a, np.ndarray):
         return np.array_equal(a, b, equal_nan=True)
     return True
+
+
+def _hooks(module: torch.nn.Module) -> dict[str, int]:
+    """How many hooks each submodule holds (forward, pre-forward and backward), by name."""
+    kinds = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
+             "_backward_pre_hooks")
+    return {name: sum(len(getattr(m, kind, {})) for kind in kinds)
+            for name, m in module.named_modules()}
+
+
+def _change(before, after) -> str | None:
+    """What a function changed in an input argument (a tensor, an array, a module's parameters,
+    buffers, hooks or mode), in a few words; None if nothing."""
+    if isinstance(before, torch.nn.Module) and isinstance(after, torch.nn.Module):
+        was, now = before.state_dict(), after.state_dict()
+        changed = [k for k in was if k not in now or not _same(was[k], now[k])]
+        if changed or was.keys() != now.keys():
+            return "its " + ", ".join((changed or sorted(set(now) - set(was)))[:3])
+        left = [name or "itself" for name, n in _hooks(after).items()
+                if n > _hooks(before).get(name, 0)]
+        if left:
+            return f"a hook left on {left[0]}"
+        if before.training != after.training:
+            return f"its mode ({'training' if after.training else 'evaluation'} now)"
+        return None
+    return None if _same(before, after) else "its values"
+
+
+def _changed_inputs(args, learner_args, names) -> str | None:
+    """The inputs a function changed and how, e.g. "attention (its W_o.weight)"; None if none."""
+    found = []
+    for i, (before, after) in enumerate(zip(args, learner_args)):
+        what = _change(before, after)
+        if what is not None:
+            found.append(f"{names[i] if names else f'argument {i}'} ({what})")
+    return ", ".join(found) or None
 
 
 # Recognising a mistake ---------------------------------------------------------------------------
@@ -676,14 +749,18 @@ def _wrap(text: str, indent: str = "") -> str:
 
 
 def _hints_text(hints: Sequence[str], hint: int, verbose: bool = True) -> str:
-    """The first ``hint`` steps of ``hints``, how to ask for the next one and, unless ``verbose``,
-    how to see the values in full; each on lines of its own."""
+    """The first ``hint`` steps of ``hints`` (the last of several, the answer, says so), how to ask
+    for the next one and, unless ``verbose``, how to see the values in full; each on lines of its
+    own."""
+    last = len(hints) - 1 if len(hints) > 1 else None  # the step that may give the answer
     shown = [f"Hint: {hints[0]}"] if hint >= 1 and hints else []
-    shown += [f"Hint {step + 1}: {text}" for step, text in enumerate(hints[1:hint], start=1)]
+    shown += [f"Hint {step + 1}{' (the answer)' if step == last else ''}: {text}"
+              for step, text in enumerate(hints[1:hint], start=1)]
     if hint < len(hints):
-        shown.append(f"(For {'a more specific' if shown else 'a'} hint, run the check again with "
-                      f"hint={max(hint, 0) + 1}" + (".)" if verbose else
-                                                    "; for the values in full, verbose=True.)"))
+        wanted = ("the answer" if hint == last else
+                  "a more specific hint" if shown else "a hint")
+        shown.append(f"(For {wanted}, run the check again with hint={max(hint, 0) + 1}"
+                     + (".)" if verbose else "; for the values in full, verbose=True.)"))
     elif not verbose:
         shown.append("(For the values in full, run the check again with verbose=True.)")
     return "".join("\n" + _wrap(part) for part in shown)
@@ -703,8 +780,10 @@ def _message(diagnosis, head, args, names, expected, got, hints, hint, verbose,
                            " " * 12))
         if expected is not None:
             label, got, expected = _differing_part(got, expected, *tolerance)
-            lines += [f"  expected: {label}{_brief(expected, _VALUES_WIDTH - len(label))}",
-                      f"  got:      {label}{_brief(got, _VALUES_WIDTH - len(label))}"]
+            room = _VALUES_WIDTH - len(label)
+            for what, value in (("expected", expected), ("got", got)):  # where they differ most
+                shown = _around_worst(value, got, expected, room) or _brief(value, room)
+                lines.append(f"  {what + ':':9} {label}{shown}")
     return "\n".join(lines) + _hints_text(hints, hint, verbose)
 
 
@@ -759,10 +838,10 @@ def _run_cases(name, learner_fn, cases, reference, hints, hint, compare_through,
     warned = {}  # (category, message) -> text, each warning shown once
     known = {}  # case index -> the learner's _Outcome, for the diagnosis
 
-    def fail(head, args, expected, got, index, learner_error=None):
+    def fail(head, args, expected, got, index, learner_error=None, diagnosis=None):
         try:
-            diagnosis = _quietly(lambda: _diagnose(mistakes, learner_fn, cases, reference,
-                                                   compare_through, atol, rtol, index, known))
+            diagnosis = diagnosis or _quietly(lambda: _diagnose(
+                mistakes, learner_fn, cases, reference, compare_through, atol, rtol, index, known))
         except Exception:  # recognising a mistake must never hide the failure itself
             diagnosis = None
         names = _argument_names(reference, len(args))
@@ -795,23 +874,26 @@ def _run_cases(name, learner_fn, cases, reference, hints, hint, compare_through,
             for warning in caught:
                 key = (warning.category.__name__, str(warning.message))
                 warned.setdefault(key, f"{key[0]}: {key[1]}")
+            changed = _changed_inputs(args, learner_args, _argument_names(reference, len(args)))
             problem = _problem(got, expected, args, compare_through, atol, rtol)
-            changed = False
-            if problem is None:
-                changed = [i for i, (a, b) in enumerate(zip(args, learner_args)) if not _same(a, b)]
-                if changed:
-                    problem = f"the function modified its input argument(s) {changed} in place"
+            if changed is not None:  # whatever its result, it is told so, and nothing else
+                right = "; its result itself is right" if problem is None else ""
+                fail(f"{name} changed its input in place on input {description}: {changed}"
+                     f"{right}.", args, None if right else expected, got, index,
+                     diagnosis=_CHANGED.format(changed))
             if problem is not None:
-                if not changed:  # a wrong result: what the mistakes are compared with
-                    known[index] = _Outcome.of(got, args, None if compare_through is None
-                                               else compare_through[1])
-                else:
-                    mistakes = {}  # a function that writes into its inputs is not diagnosed
+                known[index] = _Outcome.of(got, args, None if compare_through is None
+                                           else compare_through[1])
                 fail(f"{name} is not right yet on input {description}: {problem}.", args,
                      expected, got, index)
     finally:
         for text in warned.values():
             print(f"Your function warned: {text}")
+
+
+_CHANGED = ("Your function changed what it was given, {}, and left it changed: leave its inputs as "
+            "they were (undo each change, e.g. restore a weight and remove a hook, or work on a "
+            "copy).")
 
 
 def _is_stub(error: BaseException) -> bool:
@@ -843,6 +925,29 @@ def _problem(got, expected, args, compare_through, atol, rtol) -> str | None:
         return f"{direct} (and {what}, it gives other results)"
     problem = _compare(have, want, atol, rtol, where=" in what it gives")
     return f"what it returned, {what}, does not give the expected result: {problem}"
+
+
+def exercise_check(check: Callable) -> Callable:
+    """A check, ``check(fn, seed=0, hint=1, *, verbose=False)``, that also takes
+    ``model_answer=True``: the teaching notebook's model answer is checked as usual (a failure
+    raises as usual), but what the check prints is replaced by the one line :data:`MODEL_ANSWER`,
+    which says that the model answer passes, not that the reader did."""
+    @functools.wraps(check)
+    def checked(fn, seed: int = 0, hint: int = 1, *, verbose: bool = False,
+                model_answer: bool = False) -> None:
+        if not model_answer:
+            return check(fn, seed, hint, verbose=verbose)
+        printed = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(printed):
+                check(fn, seed, hint, verbose=verbose)
+        except BaseException:
+            sys.stdout.write(printed.getvalue())
+            raise
+        print(MODEL_ANSWER.format(check=check.__name__))
+
+    checked.__signature__ = inspect.signature(checked, follow_wrapped=False)  # model_answer too
+    return checked
 
 
 def check_afresh(check: str, learner_fn: Callable, seed: int = 1, quiet: bool = True) -> None:
