@@ -229,6 +229,9 @@ WATCHED: dict[str, dict[str, str]] = {
         "RNN: last / first epoch loss (< 0.4)":
             "rnn_report.epoch_losses[-1] / rnn_report.epoch_losses[0]",
         "RNN: held-out BLEU (> 15)": "rnn_bleu",
+        "alignments: right translations of 5+ tokens to draw (>= 3)":
+            "sum(len(s.split()) >= 5 and data.decode_target(predicted[i].tolist()) in references[i]"
+            " for i, s in enumerate(held_out_sources))",
         "alignments: mean largest weight minus uniform (> 0.05)": "largest - uniform",
         "alignments: mean largest weight (< 0.6)": "largest",
         "alignments: final rows on the source's end, minus chance (> 0.3)": "on_end - end_chance",
