@@ -229,8 +229,8 @@ WATCHED: dict[str, dict[str, str]] = {
         "RNN: last / first epoch loss (< 0.4)":
             "rnn_report.epoch_losses[-1] / rnn_report.epoch_losses[0]",
         "RNN: held-out BLEU (> 15)": "rnn_bleu",
-        "alignments: right translations of 5+ tokens to draw (>= 3)":
-            "sum(len(s.split()) >= 5 and data.decode_target(predicted[i].tolist()) in references[i]"
+        "alignments: right translations of 4+ tokens to draw (>= 3)":
+            "sum(len(s.split()) >= 4 and data.decode_target(predicted[i].tolist()) in references[i]"
             " for i, s in enumerate(held_out_sources))",
         "alignments: mean largest weight minus uniform (> 0.05)": "largest - uniform",
         "alignments: mean largest weight (< 0.6)": "largest",
@@ -241,7 +241,7 @@ WATCHED: dict[str, dict[str, str]] = {
         "alignments: word steps staying, minus chance (> 0.1)": "stays - chance_stays",
         "alignments: word steps moving forward, minus chance (not asserted)": "forward - chance",
         "Transformer: held-out BLEU (not asserted)": "transformer_bleu",
-        "Transformer - RNN BLEU after as many epochs (> 2)": "per_epoch_gain",
+        "Transformer - RNN BLEU after as many epochs (> 1)": "per_epoch_gain",
         "Transformer - RNN BLEU, each after its own epochs (not asserted)":
             "transformer_bleu - rnn_bleu",
         "Transformer ahead at every epoch from epoch (not asserted)": "ahead_from",
