@@ -9,8 +9,8 @@ Two numbers, two purposes:
   references, on the 0-100 scale.
 
 And one question: is a difference between two systems' BLEU on the same sentences more than the
-luck of which sentences were drawn? :func:`paired_bleu_test` answers with sacrebleu's paired
-bootstrap resampling.
+luck of which sentences were drawn? :func:`paired_bleu_test` answers with a two-sided paired
+bootstrap test, on sacrebleu's per-sentence statistics.
 """
 
 from __future__ import annotations
@@ -126,9 +126,10 @@ class BleuComparison(NamedTuple):
     """Two systems' corpus BLEU on the same sentences, and whether they differ by more than chance.
 
     baseline, system: corpus BLEU (0-100). difference: system - baseline. p_value: the paired
-    bootstrap's estimate of how often a difference at least this large (in either direction) would
-    come from resampling the sentences alone; below 0.05 is the usual bar for "significant".
-    baseline_interval, system_interval: 95% bootstrap intervals (low, high) of each score.
+    bootstrap's two-sided p-value, the share of resampled test sets whose difference, centred on 0,
+    is at least |difference| in size (either sign); below 0.05 is the usual bar for "significant".
+    baseline_interval, system_interval, difference_interval: 95% bootstrap percentile intervals
+    (low, high) of each score and of the difference.
     """
 
     baseline: float
@@ -137,32 +138,84 @@ class BleuComparison(NamedTuple):
     p_value: float
     baseline_interval: tuple[float, float]
     system_interval: tuple[float, float]
+    difference_interval: tuple[float, float]
+
+
+def _resampled_scores(baseline_hypotheses, system_hypotheses, references, num_samples, seed):
+    """Both systems' corpus BLEU on the sentences and on ``num_samples`` resampled test sets.
+
+    Returns (baseline, system, baseline_samples, system_samples), the samples numpy arrays of shape
+    (num_samples,). Each test set draws as many sentences as there are, with replacement, the same
+    sentences for both systems; sacrebleu's per-sentence statistics (n-gram matches and counts,
+    lengths) are summed over the drawn sentences and scored, which equals corpus BLEU of the drawn
+    sentences. The draws are those of sacrebleu's own paired bootstrap for the same seed.
+    """
+    import numpy as np
+    from sacrebleu.metrics import BLEU
+
+    check_int(num_samples, "num_samples")
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be at least 1, got {num_samples}")
+    baseline_hypotheses, streams = _hypotheses_and_streams(baseline_hypotheses, references)
+    system_hypotheses, _ = _hypotheses_and_streams(system_hypotheses, references)
+    if len(system_hypotheses) != len(baseline_hypotheses):
+        raise ValueError(f"the two systems must translate the same sentences, got "
+                         f"{len(baseline_hypotheses)} and {len(system_hypotheses)} hypotheses")
+    metric = BLEU(lowercase=True, tokenize="none", force=True)
+    # (sentences, statistics) each: hypothesis and reference length, matches and totals per order
+    stats = [np.array(metric._extract_corpus_statistics(hypotheses, streams), dtype=np.int64)
+             for hypotheses in (baseline_hypotheses, system_hypotheses)]
+    rng = np.random.default_rng(seed)
+    draws = rng.choice(len(baseline_hypotheses), size=(num_samples, len(baseline_hypotheses)),
+                       replace=True)  # (num_samples, sentences): the same call as sacrebleu's
+
+    def score(summed):
+        return float(metric._compute_score_from_stats(list(summed)).score)
+
+    observed = [score(s.sum(0)) for s in stats]
+    samples = [np.array([score(s[d].sum(0)) for d in draws]) for s in stats]
+    return observed[0], observed[1], samples[0], samples[1]
 
 
 def paired_bleu_test(baseline_hypotheses: Sequence[str], system_hypotheses: Sequence[str],
-                     references: Sequence[Sequence[str]], num_samples: int = 1000) -> BleuComparison:
+                     references: Sequence[Sequence[str]], num_samples: int = 1000,
+                     seed: int = 12345) -> BleuComparison:
     """Paired bootstrap resampling (Koehn, 2004) of two systems' translations of the same sentences,
-    done by sacrebleu (``sacrebleu.significance.PairedTest``), scored as :func:`corpus_bleu` does.
+    scored as :func:`corpus_bleu` does: the test notebook 08 (section 6) teaches.
 
-    Draws ``num_samples`` test sets of the same size from the sentences, with replacement, scores
-    both systems on each, and compares: the p-value and each system's 95% interval say how much of
-    the difference could be the luck of the sentences drawn. It says nothing about the luck of
-    training (another seed gives another model): compare several seeds for that. The resampling is
-    seeded (sacrebleu's ``SACREBLEU_SEED``, 12345 by default): the same inputs give the same result.
+    1. The observed difference: delta = BLEU(system) - BLEU(baseline) on all the sentences.
+    2. Draw ``num_samples`` test sets of as many sentences, with replacement, the same draws for
+       both systems, and score both on each: the differences delta_b spread around delta.
+    3. Centre them on 0 (subtract their mean): how the differences would spread were the two
+       systems equally good.
+    4. p = (1 + #{b : |delta_b - mean| >= |delta|}) / (num_samples + 1), two-sided. The +1 counts
+       the observed test set among the draws, so p is never 0 (at least 1 / (num_samples + 1)).
+
+    The intervals are the 2.5th and 97.5th percentiles of the resampled scores and differences.
+    The test says how much of the difference could be the luck of the sentences drawn; it says
+    nothing about the luck of training (another seed gives another model): compare several seeds
+    for that. ``seed`` seeds the draws: the same inputs give the same result.
+
+    How it relates to sacrebleu's ``PairedTest(test_type="bs")``, which draws the same test sets
+    (for sacrebleu's default seed 12345): sacrebleu takes the absolute differences |delta_b| first,
+    centres those on their mean, and counts one tail, (1 + #{b : |delta_b| - mean |delta_b| >
+    |delta|}) / (num_samples + 1). Where the resampled differences keep one sign its p is about half
+    the two-sided p computed here, and where some change sign, often less than half (centring the
+    absolute values shifts them less than centring the signed ones): sacrebleu's 0.05 can be a
+    two-sided 0.1.
     """
-    from sacrebleu.metrics import BLEU
-    from sacrebleu.significance import PairedTest
+    import numpy as np
 
-    check_int(num_samples, "num_samples")
-    baseline_hypotheses, streams = _hypotheses_and_streams(baseline_hypotheses, references)
-    system_hypotheses, _ = _hypotheses_and_streams(system_hypotheses, references)
-    test = PairedTest([("baseline", baseline_hypotheses), ("system", system_hypotheses)],
-                      {"BLEU": BLEU(lowercase=True, tokenize="none", force=True)}, streams,
-                      test_type="bs", n_samples=num_samples)
-    _, results = test()
-    baseline, system = results["BLEU"]  # sacrebleu's Result: score, p_value, mean, ci (half-width)
-    return BleuComparison(
-        float(baseline.score), float(system.score), float(system.score - baseline.score),
-        float(system.p_value),
-        (float(baseline.mean - baseline.ci), float(baseline.mean + baseline.ci)),
-        (float(system.mean - system.ci), float(system.mean + system.ci)))
+    baseline, system, baseline_samples, system_samples = _resampled_scores(
+        baseline_hypotheses, system_hypotheses, references, num_samples, seed)
+    difference = system - baseline
+    differences = system_samples - baseline_samples  # (num_samples,)
+    centred = differences - differences.mean()  # as if the two systems were equally good
+    p_value = (1 + int(np.sum(np.abs(centred) >= abs(difference)))) / (num_samples + 1)
+
+    def interval(samples):
+        low, high = np.percentile(samples, [2.5, 97.5])
+        return float(low), float(high)
+
+    return BleuComparison(baseline, system, difference, p_value, interval(baseline_samples),
+                          interval(system_samples), interval(differences))

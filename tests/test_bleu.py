@@ -219,3 +219,69 @@ def test_paired_bleu_test_separates_a_clearly_better_system_from_noise():
     assert d2lh.paired_bleu_test(worse, better, varied).p_value < 0.01
     with pytest.raises(ValueError, match="one entry per sentence"):
         d2lh.paired_bleu_test(worse[:5], better, references)
+
+
+def test_paired_bleu_test_is_the_two_sided_test_taught_computed_directly():
+    """The test of notebook 08, section 6, written out with corpus_bleu on each resampled set."""
+    import numpy as np
+
+    references, system = systems_of_known_quality(num_sentences=60, seed=1)
+    baseline, candidate = system(0.4), system(0.6)
+    num_samples, seed = 200, 7
+    result = d2lh.paired_bleu_test(baseline, candidate, references, num_samples=num_samples,
+                                   seed=seed)
+    draws = np.random.default_rng(seed).choice(len(baseline), size=(num_samples, len(baseline)))
+    differences, baseline_scores, system_scores = [], [], []
+    for drawn in draws:
+        refs = [references[i] for i in drawn]
+        baseline_scores.append(corpus_bleu([baseline[i] for i in drawn], refs))
+        system_scores.append(corpus_bleu([candidate[i] for i in drawn], refs))
+        differences.append(system_scores[-1] - baseline_scores[-1])
+    delta = corpus_bleu(candidate, references) - corpus_bleu(baseline, references)
+    mean = sum(differences) / num_samples
+    at_least = sum(abs(d - mean) >= abs(delta) for d in differences)  # either sign
+    assert result.difference == pytest.approx(delta)
+    assert result.p_value == pytest.approx((1 + at_least) / (num_samples + 1))
+    assert 0.01 < result.p_value < 0.9  # a case where the count is neither 0 nor everything
+    for interval, scores in ((result.baseline_interval, baseline_scores),
+                             (result.system_interval, system_scores),
+                             (result.difference_interval, differences)):
+        assert interval == pytest.approx(tuple(np.percentile(scores, [2.5, 97.5])))
+
+
+def test_paired_bleu_test_draws_sacrebleus_test_sets_and_its_p_is_about_half():
+    """sacrebleu's PairedTest draws the same test sets (seed 12345); its statistic, |differences|
+    centred and one tail counted with >, gives half the two-sided p or less: here one passes the
+    usual 0.05 bar by a little where the other is more than twice it."""
+    import numpy as np
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    from d2lhelpers.bleu import _hypotheses_and_streams, _resampled_scores
+
+    references, system = systems_of_known_quality(num_sentences=300, seed=0)
+    baseline, candidate = system(0.45), system(0.55)
+    num_samples = 500
+    result = d2lh.paired_bleu_test(baseline, candidate, references, num_samples=num_samples)
+    base, sys_, base_samples, sys_samples = _resampled_scores(baseline, candidate, references,
+                                                              num_samples, 12345)
+    differences = np.abs(sys_samples - base_samples)
+    sacrebleu_style = (1 + int(np.sum(differences - differences.mean() > abs(sys_ - base)))) / (
+        num_samples + 1)
+    hypotheses, streams = _hypotheses_and_streams(baseline, references)
+    candidate_hypotheses, _ = _hypotheses_and_streams(candidate, references)
+    _, scores = PairedTest([("baseline", hypotheses), ("system", candidate_hypotheses)],
+                           {"BLEU": BLEU(lowercase=True, tokenize="none", force=True)}, streams,
+                           test_type="bs", n_samples=num_samples)()
+    theirs = scores["BLEU"][1]
+    assert theirs.score == pytest.approx(result.system)
+    assert theirs.mean == pytest.approx(sys_samples.mean())  # the same resampled test sets
+    assert theirs.p_value == pytest.approx(sacrebleu_style)
+    assert result.p_value > 0.1 and theirs.p_value < 0.06  # near the bar, where it matters
+    assert result.p_value > 2 * theirs.p_value
+
+
+def test_paired_bleu_test_rejects_bad_input():
+    references, system = systems_of_known_quality(num_sentences=20)
+    with pytest.raises(ValueError, match="num_samples"):
+        d2lh.paired_bleu_test(system(0.5), system(0.5), references, num_samples=0)
