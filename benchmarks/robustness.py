@@ -365,6 +365,9 @@ WATCHED: dict[str, dict[str, str]] = {
             "chance_scores[1, induction_heads].min().item()",
         "exercise 2: highest score of a layer-0 head on chance repeats (< 0.15)":
             "chance_scores[0].max().item()",
+        "trained on different tokens only: phase change (None)": "str(phase_change_step(distinct_log))",
+        "trained on different tokens only: lowest loss on the repeats / ln V (> 0.75)":
+            "min(distinct_log['repeats']) / ln_V",
         "SmolLM2: loss on the repeats / on the first half (< 0.3)": "lm_repeats / lm_first",
         "SmolLM2: loss on the first half - ln V (> 0)": "lm_first - math.log(lm.vocab_size)",
         "SmolLM2: heads with an induction score above 0.3 (5 to 20)": "len(induction_lm)",
