@@ -378,6 +378,20 @@ WATCHED: dict[str, dict[str, str]] = {
             "chance_scores[1, induction_heads].min().item()",
         "exercise 2: highest score of a layer-0 head on chance repeats (< 0.15)":
             "chance_scores[0].max().item()",
+        "trained on different tokens only: phase change (None)": "str(phase_change_step(distinct_log))",
+        "trained on different tokens only: lowest loss on the repeats / ln V (> 0.75)":
+            "min(distinct_log['repeats']) / ln_V",
+        "SmolLM2: loss on the repeats / on the first half (< 0.3)": "lm_repeats / lm_first",
+        "SmolLM2: loss on the first half - ln V (> 0)": "lm_first - math.log(lm.vocab_size)",
+        "SmolLM2: heads with an induction score above 0.3 (5 to 20)": "len(induction_lm)",
+        "SmolLM2: highest induction score (> 0.8)": "induction_lm[0][2]",
+        "SmolLM2: lowest layer of those heads (>= 15)": "min(lm_layers)",
+        "SmolLM2: second-highest previous-token score (> 0.75)": "lm_previous[1][2]",
+        "SmolLM2: layer of the highest induction head - highest previous-token layer (> 0)":
+            "induction_lm[0][0] - max(l for l, _, _ in lm_previous)",
+        "SmolLM2: without the induction heads / first half (> 0.8)": "without_induction / lm_first",
+        "SmolLM2: without the induction heads - random heads' interval high, nats (> 3)":
+            "without_induction - high",
     },
 }
 
