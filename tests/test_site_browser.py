@@ -20,48 +20,27 @@ from __future__ import annotations
 import functools
 import html.parser
 import http.server
-import importlib.util
 import json
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
 import threading
 import urllib.parse
 
 import pytest
+from browser_common import CHROMIUM, CHROMIUM_ARGS, playwright_entry
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-# Chromium's own connections (updates, sync, field trials) would only meet a closed network.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 NOTEBOOK = "11_modern_attention"  # RoPE's notebook: figures, math, checks, answers
 SITE_PACKAGES = ["sphinx", "myst_nb", "sphinx_book_theme"]
-
-
-def missing(what: str):
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{what}: CI must run the browser test (.ci/run installs what it needs)")
-    pytest.skip(f"{what}: the site's browser test needs it (pip install -e '.[test]'; apt-get "
-                "install chromium)")
 
 
 @pytest.fixture(scope="module")
 def sync_playwright():
     """Playwright's entry point, once the site's packages, Playwright and Chromium are there."""
-    for name in SITE_PACKAGES:
-        if importlib.util.find_spec(name) is None:
-            missing(f"the Python package {name} is not installed")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        missing("the Python package playwright is not installed")
-    if CHROMIUM is None:
-        missing("Debian's chromium is not installed")
-    return sync_playwright
+    return playwright_entry(*SITE_PACKAGES)
 
 
 @pytest.fixture(scope="module")
