@@ -526,7 +526,9 @@ class MultiHeadAttention(nn.Module):
         offset = len(cache)
         new = self.project_keys_values(X, X, offset)  # (B, g, T_new, d_k) each
         cache.append(new.keys, new.values)
-        causal = causal_valid_lens(X.shape[0], X.shape[1], offset, X.device)  # (B, T_new)
+        # one new position sees every cached one, itself included: no mask to build
+        causal = causal_valid_lens(X.shape[0], X.shape[1], offset, X.device) if X.shape[1] > 1 \
+            else None  # (B, T_new)
         return self.attend(X, cache, causal, need_weights, offset)
 
     def to_torch(self) -> nn.MultiheadAttention:

@@ -19,6 +19,8 @@ Taught in notebooks 05_self_attention_positional_encoding and 11_modern_attentio
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
@@ -120,10 +122,28 @@ def apply_rotary(x: torch.Tensor, positions, base: float = 10000.0) -> torch.Ten
     if positions.shape != (x.shape[-2],):
         raise ValueError(f"positions must have shape (T,)=({x.shape[-2]},) for x of shape "
                          f"{tuple(x.shape)}, got {tuple(positions.shape)}")
-    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    omega = rotary_frequencies(x.shape[-1], base, dtype, x.device)  # (d_k/2,)
-    angles = positions.to(dtype)[:, None] * omega  # (T, 1) * (d_k/2,) -> (T, d_k/2)
-    cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
+    return _rotate(x, *_cos_sin(positions, x.shape[-1], base, x.dtype))
+
+
+def _cos_sin(positions: torch.Tensor, d_k: int, base: float, dtype: torch.dtype):
+    """cos and sin of the angles m * omega_j: (T,) positions -> two (T, d_k/2) tensors of ``dtype``,
+    the angles computed in float64 for float64, in float32 otherwise."""
+    angle_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    omega = rotary_frequencies(d_k, base, angle_dtype, positions.device)  # (d_k/2,)
+    angles = positions.to(angle_dtype)[:, None] * omega  # (T, 1) * (d_k/2,) -> (T, d_k/2)
+    return torch.cos(angles).to(dtype), torch.sin(angles).to(dtype)
+
+
+@functools.lru_cache(maxsize=32)
+def _cos_sin_from(offset: int, length: int, d_k: int, base: float, dtype: torch.dtype,
+                  device: torch.device):
+    """:func:`_cos_sin` of the positions offset .. offset + length - 1, kept: a decoder's layers,
+    and its queries and keys, all rotate the same positions at each step (constants, no gradient)."""
+    return _cos_sin(torch.arange(offset, offset + length, device=device), d_k, base, dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Each feature pair of x (..., T, d_k) turned by the angles whose cos and sin are (T, d_k/2)."""
     pairs = x.unflatten(-1, (-1, 2))  # (..., T, d_k) -> (..., T, d_k/2, 2): the feature pairs
     even, odd = pairs[..., 0], pairs[..., 1]  # (..., T, d_k/2) each
     rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
@@ -135,7 +155,8 @@ class RotaryEmbedding(nn.Module):
     offset .. offset + T - 1 (a decoder fed its t-th token alone passes offset=t).
 
     No parameters and no table: the angles are computed for the positions asked for, so there is
-    no longest length.
+    no longest length (the cos and sin of the last few position ranges are kept, since every layer
+    of a decoder, its queries and its keys rotate the same positions at each step).
     """
 
     def __init__(self, d_k: int, base: float = 10000.0) -> None:
@@ -148,8 +169,10 @@ class RotaryEmbedding(nn.Module):
         if not isinstance(x, torch.Tensor) or x.dim() < 2 or x.shape[-1] != self.d_k:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"x must have shape (..., T, d_k={self.d_k}), got {shape}")
-        positions = torch.arange(offset, offset + x.shape[-2], device=x.device)
-        return apply_rotary(x, positions, self.base)
+        if not x.is_floating_point():
+            raise ValueError(f"x must be floating point, got dtype {x.dtype}")
+        return _rotate(x, *_cos_sin_from(offset, x.shape[-2], self.d_k, self.base, x.dtype,
+                                         x.device))
 
     def extra_repr(self) -> str:
         return f"d_k={self.d_k}, base={self.base:g}"
