@@ -174,10 +174,14 @@ def main(argv=None) -> int:
     elif args.command == "translate":
         from .translation import translate_notebooks, translation_report
 
+        from .messages import catalogue_report, update_message_catalogues
+
         summaries = translate_notebooks(args.notebooks, write=not args.check)
+        messages = update_message_catalogues(args.notebooks[0], write=not args.check)
         failed = False
-        for s in summaries:
-            problems = translation_report(s["notebook"])
+        for s in summaries + messages:
+            problems = (catalogue_report(s["catalogue"]) if s in messages
+                        else translation_report(s["notebook"]))
             print(f"{'stale' if args.check and s['changed'] else 'wrote' if not args.check else 'current'}"
                   f" {s['translation']}: {s['entries']} entries, {s['untranslated']} untranslated, "
                   f"{s['fuzzy']} fuzzy, {len(problems)} with problems")

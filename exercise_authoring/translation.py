@@ -247,10 +247,22 @@ def update_catalogue(notebook_path: Path, notebook: dict, old_text: str | None) 
     """The catalogue of ``notebook`` (at ``notebook_path``) as text: the English entries, with the
     translations of ``old_text`` (the catalogue as it was, or None) merged in by Babel; an entry
     whose English changed gets the old translation of its nearest old English, marked fuzzy."""
+    entries = [(msgid, (Path(notebook_path).name, index + 1))
+               for msgid, index in extract(notebook, _is_page(notebook_path))]
+    header = ("# Chinese edition of the course's notebook "
+              f"{Path(notebook_path).name}.\n"
+              "# Written by `python -m exercise_authoring translate`; "
+              "translate the msgstr lines.\n#")
+    return merge_catalogue(entries, old_text, header, find_project(Path(notebook_path).parent))
+
+
+def merge_catalogue(entries, old_text: str | None, header: str, project) -> str:
+    """A catalogue's text: ``entries`` ((msgid, (file, line)) pairs, in order, repeats merged),
+    with the translations of ``old_text`` (the catalogue as it was, or None) merged in by Babel;
+    an entry whose English changed gets the old translation of its nearest old English, marked
+    fuzzy; ``header``: the comment at its top."""
     from babel.messages.catalog import Catalog
     from babel.messages.pofile import read_po
-
-    project = find_project(Path(notebook_path).parent)
 
     def new_catalogue():
         return Catalog(locale=LOCALE, project="attention-course", version=project.version,
@@ -261,11 +273,11 @@ def update_catalogue(notebook_path: Path, notebook: dict, old_text: str | None) 
                        msgid_bugs_address=project.repository + "/issues")
 
     template = new_catalogue()
-    for msgid, index in extract(notebook, _is_page(notebook_path)):
+    for msgid, location in entries:
         if msgid in template:
-            template[msgid].locations.append((Path(notebook_path).name, index + 1))
+            template[msgid].locations.append(location)
         else:
-            template.add(msgid, locations=[(Path(notebook_path).name, index + 1)])
+            template.add(msgid, locations=[location])
     if old_text is None:
         catalogue = new_catalogue()
     else:
@@ -285,10 +297,7 @@ def update_catalogue(notebook_path: Path, notebook: dict, old_text: str | None) 
             message.flags.discard("fuzzy")
         if message.id and message.fuzzy and not message.previous_id and message.id in previous:
             message.previous_id = previous[message.id]
-    catalogue.header_comment = ("# Chinese edition of the course's notebook "
-                                f"{Path(notebook_path).name}.\n"
-                                "# Written by `python -m exercise_authoring translate`; "
-                                "translate the msgstr lines.\n#")
+    catalogue.header_comment = header
     return _catalogue_text(catalogue)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import unicodedata
 
 import pytest
 import torch
@@ -92,6 +93,38 @@ class CheckTests:
         assert message.count("\n") + 1 <= MAX_LINES, message
         assert max(map(len, message.split("\n"))) <= 100
 
+    def test_in_chinese_the_same_mistake_is_named_and_the_message_is_chinese(
+            self, check, mistake, chinese):
+        """With the Chinese notebooks' switch on, the same wrong answer fails with the Chinese of
+        the same diagnosis (from the catalogue, not the English), and the message's own words,
+        the hint and the labels are Chinese; it still fits on a screen."""
+        wrong, _, _ = self.CHECKS[check][1][mistake]
+        with pytest.raises(ExerciseCheckFailed) as failure:
+            getattr(exercises, check)(wrong)
+        message = str(failure.value)
+        expected = self.diagnosis_of(check, mistake)
+        if expected is not None and not expected.startswith("~"):
+            assert failure.value.diagnosis == chinese(expected) != expected
+        if failure.value.diagnosis is not None:
+            assert HAN.search(failure.value.diagnosis), failure.value.diagnosis
+            assert message.startswith(failure.value.diagnosis.split("\n")[0][:20])
+        lines = message.split("\n")
+        head = lines[1] if failure.value.diagnosis else lines[0]
+        assert HAN.search(head), f"the failure's first line is not Chinese: {head}"
+        assert "\n提示：" in message and "\nHint" not in message
+        assert "  输入：" in message and "input:" not in message
+        assert message.count("\n") + 1 <= MAX_LINES + 2, message
+        assert max(map(columns, lines)) <= 100, message
+
+    def test_in_chinese_a_right_answer_and_the_model_answer_are_told_in_chinese(
+            self, check, chinese, capsys):
+        right, _ = self.CHECKS[check]
+        getattr(exercises, check)(right)
+        getattr(exercises, check)(right, model_answer=True)
+        correct, model_answer = capsys.readouterr().out.splitlines()
+        assert check in correct and HAN.search(correct) and "Correct" not in correct
+        assert model_answer.startswith("✓") and check in model_answer and HAN.search(model_answer)
+
     def test_every_diagnosis_is_that_of_a_wrong_answer(self, check):
         named = {self.diagnosis_of(check, mistake) for mistake in self.CHECKS[check][1]}
         named = {s for s in named if s is None or not s.startswith("~")}
@@ -148,6 +181,13 @@ class CheckTests:
 
 
 MAX_LINES = 15  # a failure's message, by default: about a screen
+HAN = re.compile(r"[\u4e00-\u9fff]")  # a Chinese character
+
+
+def columns(text: str) -> int:
+    """The columns a line takes on screen: a Chinese character takes two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
 
 
 def attention_weights(scores, valid_lens, fill="package"):

@@ -71,3 +71,13 @@ def host_syncs(monkeypatch):
 
     return count
 
+
+
+@pytest.fixture
+def chinese(monkeypatch):
+    """The exercise checks speaking Chinese, as the Chinese notebooks set them (for this test
+    only); gives the Chinese of an English message, from the package's catalogue."""
+    from d2lhelpers.exercises import runner
+
+    monkeypatch.setenv("D2LHELPERS_LANGUAGE", "zh_CN")
+    return runner._

@@ -60,7 +60,7 @@ from .checks_decoding import check_advance_beams, check_follow_parents
 from .checks_beyond_2017 import (check_cached_gqa_self_attention, check_online_softmax_update,
                                  check_rotary_at_positions, check_top_p_probs)
 from .checks_heads import check_head_ablation, check_induction_score
-from .runner import ExerciseCheckFailed, Symptom, run_check
+from .runner import ExerciseCheckFailed, Symptom, language, run_check, set_language
 from .stubs import NotWrittenYet
 
 __all__ = [
@@ -68,6 +68,8 @@ __all__ = [
     "NotWrittenYet",
     "Symptom",
     "run_check",
+    "language",
+    "set_language",
     "check_lookup",
     "check_cross_attention",
     "check_kernel_as_attention",

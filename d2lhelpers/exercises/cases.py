@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from ..attention import KVCache, causal_valid_lens
+from .runner import _
 
 __all__ = ["seeded_generator", "randn", "randint", "random_floats", "random_choice",
            "random_sizes", "random_head_sizes", "size_text", "case_label", "labelled",
@@ -75,7 +76,7 @@ def size_text(sizes: dict) -> str:
 
 def case_label(what: str, details: str) -> str:
     """A case's description: what is special about it (if anything), then its sizes."""
-    return f"{what}, {details}" if what else details
+    return f"{_(what)}, {details}" if what else details
 
 
 def labelled(entries: Sequence[tuple[str, tuple]],

@@ -28,16 +28,19 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import gettext
 import importlib.util
 import inspect
 import io
 import itertools
 import math
+import os
 import pathlib
 import re
 import sys
 import textwrap
 import traceback
+import unicodedata
 import uuid
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -45,18 +48,64 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-__all__ = ["ExerciseCheckFailed", "MODEL_ANSWER", "Symptom", "check_afresh", "exercise_check",
-           "run_check"]
+__all__ = ["ExerciseCheckFailed", "LANGUAGES", "MODEL_ANSWER", "N_", "Symptom", "check_afresh",
+           "exercise_check", "language", "run_check", "set_language"]
 
 _CHECKS_DIR = pathlib.Path(__file__).resolve().parent  # d2lhelpers/exercises
 _WIDTH = 100  # the width a message is wrapped to
 _VALUES_WIDTH = 84  # the width of a summary of values, after its label ("  expected: ")
 
 
+# The language of the feedback ---------------------------------------------------------------------
+# The checks speak English unless a notebook says otherwise: the Chinese notebooks call
+# set_language("zh_CN") in their setup cell. Messages are looked up in the gettext catalogue
+# d2lhelpers/locale/<language>/LC_MESSAGES/d2lhelpers.mo (written by ``python -m
+# exercise_authoring translate`` from locale/<language>/LC_MESSAGES/d2lhelpers/<module>.po), with
+# their numbers and names filled in afterwards (``_("... {n} ...").format(n=n)``). The language is
+# kept in an environment variable, so that the private copy of the package that grades the hidden
+# tests (check_afresh) speaks it too.
+
+LANGUAGES = ("en", "zh_CN")
+_LANGUAGE_VARIABLE = "D2LHELPERS_LANGUAGE"
+_LOCALE_DIR = _CHECKS_DIR.parent / "locale"
+
+
+def set_language(language: str) -> None:
+    """Make the exercise checks speak ``language``: "en" (the default) or "zh_CN" (简体中文)."""
+    if language not in LANGUAGES:
+        raise ValueError(f"language must be one of {', '.join(map(repr, LANGUAGES))}, "
+                         f"got {language!r}")
+    os.environ[_LANGUAGE_VARIABLE] = language
+
+
+def language() -> str:
+    """The language the checks speak now (see :func:`set_language`)."""
+    chosen = os.environ.get(_LANGUAGE_VARIABLE, "en")
+    return chosen if chosen in LANGUAGES else "en"
+
+
+@functools.lru_cache(maxsize=None)
+def _catalogue(language: str) -> gettext.NullTranslations:
+    return gettext.translation("d2lhelpers", localedir=_LOCALE_DIR, languages=[language],
+                               fallback=True)
+
+
+def _(message: str) -> str:
+    """``message`` in the language of the feedback (itself when it has no translation)."""
+    chosen = language()
+    return message if chosen == "en" or not message else _catalogue(chosen).gettext(message)
+
+
+def N_(message: str) -> str:
+    """``message`` as it is: marks a message for the catalogue where it is defined (a mistake's
+    sentence, a hint, a case's description), translated where it is shown."""
+    return message
+
+
 # What a check prints, with model_answer=True, on the model answer of a teaching notebook: the
 # learner has earned no verdict there (exercise_authoring writes the same line as the cell's
 # stored output, so it holds no count of cases).
-MODEL_ANSWER = "✓ the model answer passes {check}; try yours in the student copy"
+MODEL_ANSWER = N_("✓ the model answer passes {check}; try yours in the student copy")
 
 
 class ExerciseCheckFailed(AssertionError):
@@ -84,7 +133,7 @@ class ExerciseCheckFailed(AssertionError):
             error.stack = traceback.StackSummary.from_list(
                 [frame for frame in error.stack
                  if pathlib.Path(frame.filename).resolve().parent != _CHECKS_DIR])
-            lines = ["Where your function raised:\n", *error.format(), "\n"]
+            lines = [_("Where your function raised:") + "\n", *error.format(), "\n"]
         return [*"".join(lines).splitlines(), f"{type(self).__name__}: {self}"]
 
 
@@ -149,11 +198,11 @@ def _kind(value) -> str:
     if isinstance(value, np.ndarray):
         return f"array {value.shape} {value.dtype}"
     if isinstance(value, torch.nn.Module):
-        text = f"a {type(value).__name__}"
+        text = _("a {kind}").format(kind=type(value).__name__)
         return text + (f" (batch_first={value.batch_first})" if hasattr(value, "batch_first")
                        else "")
     if isinstance(value, (tuple, list)):
-        return f"a {type(value).__name__} of {len(value)}"
+        return _("a {kind} of {count}").format(kind=type(value).__name__, count=len(value))
     return type(value).__name__
 
 
@@ -224,7 +273,8 @@ def _differing_part(got, expected, atol: float, rtol: float, label: str = ""):
             and len(got) == len(expected)):
         for i, (g, e) in enumerate(zip(got, expected)):
             if _compare(g, e, atol, rtol) is not None:
-                return _differing_part(g, e, atol, rtol, f"{label}result {i} of {len(expected)}: ")
+                return _differing_part(g, e, atol, rtol, label + _("result {i} of {count}: ")
+                                       .format(i=i, count=len(expected)))
     return label, got, expected
 
 
@@ -249,7 +299,8 @@ def _around_worst(value, got, expected, width: int) -> str | None:
                            ":" if shown == length else f"{start}:{start + shown}"])
         part = _as_tensor(value).cpu()[tuple(index[:-1])][start:start + shown]
         part = (part.float() if part.dtype in (torch.bfloat16, torch.float16) else part).numpy()
-        text = f"{_kind(value)}, at [{where}]: {_nested(part, width)}"
+        text = _("{kind}, at [{where}]: {values}").format(kind=_kind(value), where=where,
+                                                          values=_nested(part, width))
         if len(text) <= width or shown == 1:
             return text
     return None
@@ -263,7 +314,8 @@ def _values_text(array: np.ndarray) -> str:
 def _describe(value) -> str:
     """A full description of an input or a result: kind, shape, dtype and values."""
     if isinstance(value, torch.Tensor):
-        text = f"tensor of shape {tuple(value.shape)}, dtype {value.dtype}"
+        text = _("tensor of shape {shape}, dtype {dtype}").format(shape=tuple(value.shape),
+                                                                  dtype=value.dtype)
         shown = value.detach().cpu()
         if shown.dtype in (torch.bfloat16, torch.float16):
             shown = shown.float()
@@ -271,13 +323,16 @@ def _describe(value) -> str:
             return f"{text}: {shown.item():.6g}"
         return f"{text}:\n{_values_text(shown.numpy())}"
     if isinstance(value, np.ndarray):
-        return f"array of shape {value.shape}, dtype {value.dtype}:\n{_values_text(value)}"
+        return (_("array of shape {shape}, dtype {dtype}").format(shape=value.shape,
+                                                                  dtype=value.dtype)
+                + f":\n{_values_text(value)}")
     if isinstance(value, torch.nn.Module):
-        text = f"a {type(value).__name__}"
+        text = _("a {kind}").format(kind=type(value).__name__)
         if hasattr(value, "batch_first"):
             text += f" (batch_first={value.batch_first})"
         parameters = [f"{name} {tuple(p.shape)}" for name, p in value.named_parameters()]
-        return text + (" with parameters " + ", ".join(parameters) if parameters else "")
+        return text + (_(" with parameters {parameters}").format(parameters=", ".join(parameters))
+                       if parameters else "")
     if isinstance(value, (tuple, list)):
         return "(" + ", ".join(_describe(v) for v in value) + ")"
     if isinstance(value, (float, np.floating)):
@@ -296,25 +351,38 @@ def _as_tensor(value) -> torch.Tensor | None:
     return None
 
 
+class _ValuesDiffer(str):
+    """What differs between two results of one shape: values (not a shape, a dtype or NaN)."""
+
+
 def _differences(have: torch.Tensor, want: torch.Tensor, atol: float, rtol: float,
                  where: str = "") -> str:
+    return _ValuesDiffer(_values_differ(have, want, atol, rtol, where))
+
+
+def _values_differ(have: torch.Tensor, want: torch.Tensor, atol: float, rtol: float,
+                   where: str = "") -> str:
     """Where two float64 tensors of the same shape differ: how many values, and the largest
     difference. ``where`` says what the indices point into, when that is not the result itself."""
     if want.dim() == 0:
-        return f"expected {want.item():.6g}, got {have.item():.6g}"
+        return _("expected {expected}, got {got}").format(expected=f"{want.item():.6g}",
+                                                           got=f"{have.item():.6g}")
     # equal infinities (a -inf mask entry, say) and NaN where NaN is expected count as equal
     same = (have == want) | (have.isnan() & want.isnan())
     differences = (have - want).abs().masked_fill(same, 0).nan_to_num(math.inf)
     count = int((~torch.isclose(have, want, atol=atol, rtol=rtol, equal_nan=True)).sum())
     worst = differences.flatten().argmax().item()
     index = tuple(int(i) for i in np.unravel_index(worst, tuple(want.shape)))
-    values = f"expected {want[index].item():.6g}, got {have[index].item():.6g}"
+    values = _("expected {expected}, got {got}").format(expected=f"{want[index].item():.6g}",
+                                                         got=f"{have[index].item():.6g}")
     if want.numel() == 1:
-        return f"its only value differs{where}: {values}"
+        return _("its only value differs{where}: {values}").format(where=where, values=values)
     if count <= 1:
-        return f"1 of {want.numel()} values differs{where}, at index {index}: {values}"
-    return (f"{count} of {want.numel()} values differ{where}; the largest difference at index "
-            f"{index}: {values}")
+        return _("1 of {total} values differs{where}, at index {index}: {values}").format(
+            total=want.numel(), where=where, index=index, values=values)
+    return _("{count} of {total} values differ{where}; the largest difference at index {index}: "
+             "{values}").format(count=count, total=want.numel(), where=where, index=index,
+                                values=values)
 
 
 def _compare(got, expected, atol: float, rtol: float, where: str = "") -> str | None:
@@ -323,28 +391,34 @@ def _compare(got, expected, atol: float, rtol: float, where: str = "") -> str | 
     a float64 result (the inputs' precision kept)."""
     if isinstance(expected, tuple):
         if not isinstance(got, (tuple, list)) or len(got) != len(expected):
-            return f"expected a tuple of {len(expected)} results, got {_brief_kind(got)}"
+            return _("expected a tuple of {count} results, got {got}").format(
+                count=len(expected), got=_brief_kind(got))
         for i, (g, e) in enumerate(zip(got, expected)):
             problem = _compare(g, e, atol, rtol, where)
             if problem is not None:
-                return f"result {i} of the tuple: {problem}"
+                return _("result {i} of the tuple: {problem}").format(i=i, problem=problem)
         return None
     want, have = _as_tensor(expected), _as_tensor(got)
     if have is None:
-        wanted = "a tensor" if isinstance(expected, torch.Tensor) else "an array or a number"
-        return f"expected {wanted}, got {type(got).__name__}"
+        wanted = (_("expected a tensor, got {got}") if isinstance(expected, torch.Tensor)
+                  else _("expected an array or a number, got {got}"))
+        return wanted.format(got=type(got).__name__)
     if have.shape != want.shape:
-        return f"expected shape {tuple(want.shape)}, got shape {tuple(have.shape)}"
+        return _("expected shape {expected}, got shape {got}").format(
+            expected=tuple(want.shape), got=tuple(have.shape))
     if want.dtype == torch.float64 and have.is_floating_point() and have.dtype != torch.float64:
-        return f"expected dtype float64 (the precision of the inputs), got {have.dtype}"
+        return _("expected dtype float64 (the precision of the inputs), got {dtype}").format(
+            dtype=have.dtype)
     have, want = have.cpu().double(), want.cpu().double()
     if torch.allclose(have, want, atol=atol, rtol=rtol, equal_nan=True):
         return None
     nan = have.isnan() & ~want.isnan()
     if nan.any():
         first = tuple(int(i) for i in nan.nonzero()[0])
-        return (f"the result holds NaN at {int(nan.sum())} of {want.numel()} places (the first "
-                f"at index {first}, where {want[first].item():.6g} was expected)")
+        return _("the result holds NaN at {count} of {total} places (the first at index {index}, "
+                 "where {expected} was expected)").format(
+            count=int(nan.sum()), total=want.numel(), index=first,
+            expected=f"{want[first].item():.6g}")
     return _differences(have, want, atol, rtol, where)
 
 
@@ -407,15 +481,17 @@ def _change(before, after) -> str | None:
         was, now = before.state_dict(), after.state_dict()
         changed = [k for k in was if k not in now or not _same(was[k], now[k])]
         if changed or was.keys() != now.keys():
-            return "its " + ", ".join((changed or sorted(set(now) - set(was)))[:3])
-        left = [name or "itself" for name, n in _hooks(after).items()
+            return _("its {names}").format(
+                names=", ".join((changed or sorted(set(now) - set(was)))[:3]))
+        left = [name or _("itself") for name, n in _hooks(after).items()
                 if n > _hooks(before).get(name, 0)]
         if left:
-            return f"a hook left on {left[0]}"
+            return _("a hook left on {name}").format(name=left[0])
         if before.training != after.training:
-            return f"its mode ({'training' if after.training else 'evaluation'} now)"
+            return (_("its mode (training now)") if after.training
+                    else _("its mode (evaluation now)"))
         return None
-    return None if _same(before, after) else "its values"
+    return None if _same(before, after) else _("its values")
 
 
 def _changed_inputs(args, learner_args, names) -> str | None:
@@ -424,7 +500,8 @@ def _changed_inputs(args, learner_args, names) -> str | None:
     for i, (before, after) in enumerate(zip(args, learner_args)):
         what = _change(before, after)
         if what is not None:
-            found.append(f"{names[i] if names else f'argument {i}'} ({what})")
+            name = names[i] if names else _("argument {i}").format(i=i)
+            found.append(f"{name} ({what})")
     return ", ".join(found) or None
 
 
@@ -618,8 +695,9 @@ def _reshaped(got, expected, atol, rtol) -> str | None:
     have, want = pair
     if not torch.allclose(have.reshape(want.shape), want, atol=atol, rtol=rtol, equal_nan=True):
         return None
-    return (f"Your result holds the expected values, in the shape {tuple(have.shape)} instead of "
-            f"{tuple(want.shape)}: an axis too many, too few, or flattened?")
+    return _("Your result holds the expected values, in the shape {got} instead of {expected}: an "
+             "axis too many, too few, or flattened?").format(got=tuple(have.shape),
+                                                             expected=tuple(want.shape))
 
 
 def _swapped(got, expected, atol, rtol) -> str | None:
@@ -633,7 +711,7 @@ def _swapped(got, expected, atol, rtol) -> str | None:
         return None
     if not torch.allclose(have, want.transpose(-2, -1), atol=atol, rtol=rtol, equal_nan=True):
         return None
-    return "Your result is the expected one with its last two axes swapped (transposed)."
+    return _("Your result is the expected one with its last two axes swapped (transposed).")
 
 
 def _contained(got, expected, atol, rtol) -> str | None:
@@ -645,8 +723,10 @@ def _contained(got, expected, atol, rtol) -> str | None:
         return None
     if not _close(values, expected, atol, rtol):
         return None
-    kind = "a tensor" if isinstance(expected, torch.Tensor) else "an array"
-    return f"Your result holds the expected values, as a {type(got).__name__}: return {kind}."
+    text = (_("Your result holds the expected values, as a {kind}: return a tensor.")
+            if isinstance(expected, torch.Tensor)
+            else _("Your result holds the expected values, as a {kind}: return an array."))
+    return text.format(kind=type(got).__name__)
 
 
 def _scaled(got, expected, atol, rtol) -> str | None:
@@ -662,8 +742,9 @@ def _scaled(got, expected, atol, rtol) -> str | None:
         return None
     if not torch.allclose(have[finite], factor * want[finite], atol=atol, rtol=rtol):
         return None
-    text = (f"Your result is the expected one times a constant ({factor:.4g} here): a factor too "
-            f"many or too few, or a sum where a mean is expected (or the reverse)?")
+    text = _("Your result is the expected one times a constant ({factor} here): a factor too many "
+             "or too few, or a sum where a mean is expected (or the reverse)?").format(
+        factor=f"{factor:.4g}")
     # one number is always some factor times another: that says something only with more values
     return _Alike(text, factor) if want.numel() == 1 else _Measured(text, factor)
 
@@ -680,8 +761,8 @@ def _shifted(got, expected, atol, rtol) -> str | None:
     if abs(offset) <= atol or not torch.allclose(have[finite], want[finite] + offset, atol=atol,
                                                  rtol=rtol):
         return None
-    text = (f"Your result is the expected one plus a constant ({offset:.4g} here): a term too "
-            f"many or too few?")
+    text = _("Your result is the expected one plus a constant ({offset} here): a term too many or "
+             "too few?").format(offset=f"{offset:.4g}")
     return _Alike(text, offset) if want.numel() == 1 else _Measured(text, offset)
 
 
@@ -692,8 +773,10 @@ def _permuted(got, expected, atol, rtol) -> str | None:
     for order in itertools.permutations(range(len(got))):
         if list(order) != list(range(len(got))) and all(
                 _close(got[i], expected[j], atol, rtol) for j, i in enumerate(order)):
-            places = ", ".join(f"result {j} at place {i}" for j, i in enumerate(order) if i != j)
-            return f"Your results are the expected ones in another order ({places})."
+            places = ", ".join(_("result {j} at place {i}").format(j=j, i=i)
+                               for j, i in enumerate(order) if i != j)
+            return _("Your results are the expected ones in another order ({places}).").format(
+                places=places)
     return None
 
 
@@ -720,7 +803,7 @@ def _generic_or_part(recognise, got, expected, atol, rtol) -> str | None:
     text = recognise(got[differing[0]], expected[differing[0]], atol, rtol)
     if text is None:
         return None
-    part = f"Result {differing[0]}: " + text[0].lower() + text[1:]
+    part = _("Result {i}: ").format(i=differing[0]) + text[0].lower() + text[1:]
     return type(text)(part, text.value) if hasattr(text, "value") else part
 
 
@@ -741,11 +824,44 @@ def _diagnose(mistakes, learner_fn, cases, reference, compare_through, atol, rto
 
 def _wrap(text: str, indent: str = "") -> str:
     """Each line of ``text`` wrapped to the width of a message (continuations indented), never
-    inside a short parenthesis such as an index or a shape, (0, 1) or (B, h, T, d_k)."""
+    inside a short parenthesis such as an index or a shape, (0, 1) or (B, h, T, d_k). Chinese
+    lines break between characters too, and count each character as two columns."""
     glued = re.sub(r"\([^()\s][^()]{0,22}\)", lambda m: m[0].replace(" ", "\0"), text)
-    return "\n".join(textwrap.fill(line, _WIDTH, subsequent_indent=indent,
-                                   break_long_words=False, break_on_hyphens=False) or line
+    return "\n".join((_fill_wide(line, indent) if _WIDE.search(line) else
+                      textwrap.fill(line, _WIDTH, subsequent_indent=indent,
+                                    break_long_words=False, break_on_hyphens=False)) or line
                      for line in glued.split("\n")).replace("\0", " ")
+
+
+_WIDE = re.compile(r"[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef\u3000-\u303f]")
+_PIECES = re.compile(r"\s+|[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef\u3000-\u303f]|"
+                     r"[^\s\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef\u3000-\u303f]+")
+_NO_BREAK_BEFORE = set("，。、；：！？）》」』】”’")
+
+
+def _columns(text: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _fill_wide(line: str, indent: str) -> str:
+    """One line of Chinese (with English words, numbers and code in it) filled to the width of a
+    message: a break falls between two characters or at a space, never before closing
+    punctuation, never inside a word."""
+    lines, current, space = [], "", ""
+    for piece in _PIECES.findall(line):
+        if piece.isspace():
+            space = piece if current.strip() else ""
+            if not current:  # the line's own indentation
+                current = piece
+            continue
+        if (current.strip() and piece not in _NO_BREAK_BEFORE
+                and _columns(current + space + piece) > _WIDTH):
+            lines.append(current)
+            current, space = indent + piece, ""
+        else:
+            current, space = current + space + piece, ""
+    lines.append(current)
+    return "\n".join(lines)
 
 
 def _hints_text(hints: Sequence[str], hint: int, verbose: bool = True) -> str:
@@ -753,16 +869,18 @@ def _hints_text(hints: Sequence[str], hint: int, verbose: bool = True) -> str:
     for the next one and, unless ``verbose``, how to see the values in full; each on lines of its
     own."""
     last = len(hints) - 1 if len(hints) > 1 else None  # the step that may give the answer
-    shown = [f"Hint: {hints[0]}"] if hint >= 1 and hints else []
-    shown += [f"Hint {step + 1}{' (the answer)' if step == last else ''}: {text}"
+    shown = [_("Hint: {text}").format(text=_(hints[0]))] if hint >= 1 and hints else []
+    shown += [(_("Hint {step} (the answer): {text}") if step == last else
+               _("Hint {step}: {text}")).format(step=step + 1, text=_(text))
               for step, text in enumerate(hints[1:hint], start=1)]
     if hint < len(hints):
-        wanted = ("the answer" if hint == last else
-                  "a more specific hint" if shown else "a hint")
-        shown.append(f"(For {wanted}, run the check again with hint={max(hint, 0) + 1}"
-                     + (".)" if verbose else "; for the values in full, verbose=True.)"))
+        wanted = (_("(For the answer, run the check again with hint={hint}") if hint == last else
+                  _("(For a more specific hint, run the check again with hint={hint}") if shown
+                  else _("(For a hint, run the check again with hint={hint}"))
+        shown.append(wanted.format(hint=max(hint, 0) + 1)
+                     + (_(".)") if verbose else _("; for the values in full, verbose=True.)")))
     elif not verbose:
-        shown.append("(For the values in full, run the check again with verbose=True.)")
+        shown.append(_("(For the values in full, run the check again with verbose=True.)"))
     return "".join("\n" + _wrap(part) for part in shown)
 
 
@@ -771,20 +889,29 @@ def _message(diagnosis, head, args, names, expected, got, hints, hint, verbose,
     """A failure's message: the diagnosis, what failed, the input, the results, the hints."""
     lines = [_wrap(diagnosis)] if diagnosis else []
     lines.append(_wrap(head))
+    labels = _labels()
     if verbose:
-        lines.append(f"  input:    {_describe(args)}")
+        lines.append(f"{labels['input']}{_describe(args)}")
         if expected is not None:
-            lines += [f"  expected: {_describe(expected)}", f"  got:      {_describe(got)}"]
+            lines += [f"{labels['expected']}{_describe(expected)}",
+                      f"{labels['got']}{_describe(got)}"]
     else:
-        lines.append(_wrap("  input:    " + _briefs(list(args), names, 2 * _VALUES_WIDTH),
-                           " " * 12))
+        lines.append(_wrap(labels["input"] + _briefs(list(args), names, 2 * _VALUES_WIDTH),
+                           " " * _columns(labels["input"])))
         if expected is not None:
             label, got, expected = _differing_part(got, expected, *tolerance)
             room = _VALUES_WIDTH - len(label)
             for what, value in (("expected", expected), ("got", got)):  # where they differ most
                 shown = _around_worst(value, got, expected, room) or _brief(value, room)
-                lines.append(f"  {what + ':':9} {label}{shown}")
+                lines.append(f"{labels[what]}{label}{shown}")
     return "\n".join(lines) + _hints_text(hints, hint, verbose)
+
+
+def _labels() -> dict[str, str]:
+    """The labels of a failure's input and results, "  input:    " and so on, padded alike."""
+    words = {"input": _("input:"), "expected": _("expected:"), "got": _("got:")}
+    width = max(map(_columns, words.values())) + 1
+    return {key: "  " + word + " " * (width - _columns(word)) for key, word in words.items()}
 
 
 # Running a check ---------------------------------------------------------------------------------
@@ -830,7 +957,7 @@ def run_check(name: str, learner_fn: Callable, cases: Sequence[tuple[str, tuple]
     with torch.random.fork_rng(devices=[]):  # the notebook's random stream stays as it was
         _run_cases(name, learner_fn, cases, reference, hints, hint, compare_through, atol, rtol,
                    dict(mistakes or {}), bool(verbose))
-    print(f"Correct: {name} passed all {len(cases)} checks.")
+    print(_("Correct: {name} passed all {count} checks.").format(name=name, count=len(cases)))
 
 
 def _run_cases(name, learner_fn, cases, reference, hints, hint, compare_through, atol, rtol,
@@ -844,6 +971,7 @@ def _run_cases(name, learner_fn, cases, reference, hints, hint, compare_through,
                 mistakes, learner_fn, cases, reference, compare_through, atol, rtol, index, known))
         except Exception:  # recognising a mistake must never hide the failure itself
             diagnosis = None
+        diagnosis = _(diagnosis) if diagnosis else diagnosis  # a mistake's sentence, translated
         names = _argument_names(reference, len(args))
         message = _message(diagnosis, head, args, names, expected, got, hints, hint, verbose,
                            (atol, rtol))
@@ -855,6 +983,7 @@ def _run_cases(name, learner_fn, cases, reference, hints, hint, compare_through,
 
     try:
         for index, (description, args) in enumerate(cases):
+            description = _(description)
             expected = reference(*copy.deepcopy(args))
             learner_args = copy.deepcopy(args)
             with warnings.catch_warnings(record=True) as caught:
@@ -863,13 +992,15 @@ def _run_cases(name, learner_fn, cases, reference, hints, hint, compare_through,
                     got = learner_fn(*learner_args)
                 except Exception as error:
                     if _is_stub(error):
-                        raise ExerciseCheckFailed(f"{name}: not implemented yet: write the "
-                                                  "function, then run this check again.") from None
+                        raise ExerciseCheckFailed(_(
+                            "{name}: not implemented yet: write the function, then run this check "
+                            "again.").format(name=name)) from None
                     text = f"{type(error).__name__}: {error}"
                     if not verbose and (text.count("\n") or len(text) > 3 * _WIDTH):
                         text = text.split("\n")[0][:3 * _WIDTH - 5] + " ..."
                     known[index] = _Outcome(error=error)
-                    fail(f"{name} raised {text}\n  on input {description}", args, None, None,
+                    fail(_("{name} raised {error}\n  on input {description}").format(
+                        name=name, error=text, description=description), args, None, None,
                          index, learner_error=error)
             for warning in caught:
                 key = (warning.category.__name__, str(warning.message))
@@ -877,23 +1008,26 @@ def _run_cases(name, learner_fn, cases, reference, hints, hint, compare_through,
             changed = _changed_inputs(args, learner_args, _argument_names(reference, len(args)))
             problem = _problem(got, expected, args, compare_through, atol, rtol)
             if changed is not None:  # whatever its result, it is told so, and nothing else
-                right = "; its result itself is right" if problem is None else ""
-                fail(f"{name} changed its input in place on input {description}: {changed}"
-                     f"{right}.", args, None if right else expected, got, index,
-                     diagnosis=_CHANGED.format(changed))
+                right = _("; its result itself is right") if problem is None else ""
+                fail(_("{name} changed its input in place on input {description}: {changed}"
+                       "{right}.").format(name=name, description=description, changed=changed,
+                                          right=right),
+                     args, None if right else expected, got, index,
+                     diagnosis=_(_CHANGED).format(changed=changed))
             if problem is not None:
                 known[index] = _Outcome.of(got, args, None if compare_through is None
                                            else compare_through[1])
-                fail(f"{name} is not right yet on input {description}: {problem}.", args,
-                     expected, got, index)
+                fail(_("{name} is not right yet on input {description}: {problem}.").format(
+                    name=name, description=description, problem=problem), args, expected, got,
+                     index)
     finally:
         for text in warned.values():
-            print(f"Your function warned: {text}")
+            print(_("Your function warned: {warning}").format(warning=text))
 
 
-_CHANGED = ("Your function changed what it was given, {}, and left it changed: leave its inputs as "
-            "they were (undo each change, e.g. restore a weight and remove a hook, or work on a "
-            "copy).")
+_CHANGED = N_("Your function changed what it was given, {changed}, and left it changed: leave its "
+              "inputs as they were (undo each change, e.g. restore a weight and remove a hook, or "
+              "work on a copy).")
 
 
 def _is_stub(error: BaseException) -> bool:
@@ -910,10 +1044,12 @@ def _problem(got, expected, args, compare_through, atol, rtol) -> str | None:
     if compare_through is None:
         return _compare(got, expected, atol, rtol)
     what, through = compare_through
+    what = _(what)
     try:
         have = through(got, *copy.deepcopy(args))
     except Exception as error:
-        return f"what it returned raised {type(error).__name__} when {what}: {error}"
+        return _("what it returned raised {error} when {what}: {message}").format(
+            error=type(error).__name__, what=what, message=error)
     want = through(expected, *copy.deepcopy(args))
     if _compare(have, want, atol, rtol) is None:
         return None
@@ -921,10 +1057,12 @@ def _problem(got, expected, args, compare_through, atol, rtol) -> str | None:
     # indices then point into what the message shows as expected and got
     direct = _compare(got, expected, atol, rtol)
     if (direct is not None and _as_tensor(got) is not None and _as_tensor(expected) is not None
-            and "differ" in direct):
-        return f"{direct} (and {what}, it gives other results)"
-    problem = _compare(have, want, atol, rtol, where=" in what it gives")
-    return f"what it returned, {what}, does not give the expected result: {problem}"
+            and isinstance(direct, _ValuesDiffer)):
+        return _("{problem} (and {what}, it gives other results)").format(problem=direct,
+                                                                           what=what)
+    problem = _compare(have, want, atol, rtol, where=_(" in what it gives"))
+    return _("what it returned, {what}, does not give the expected result: {problem}").format(
+        what=what, problem=problem)
 
 
 def exercise_check(check: Callable) -> Callable:
@@ -944,7 +1082,7 @@ def exercise_check(check: Callable) -> Callable:
         except BaseException:
             sys.stdout.write(printed.getvalue())
             raise
-        print(MODEL_ANSWER.format(check=check.__name__))
+        print(_(MODEL_ANSWER).format(check=check.__name__))
 
     checked.__signature__ = inspect.signature(checked, follow_wrapped=False)  # model_answer too
     return checked
