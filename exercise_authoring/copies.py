@@ -110,8 +110,8 @@ _EXERCISES_TEXT = {
            "Colab): it has a place for each answer, and its checks judge your own code. Here each "
            "model answer opens on a click, and each check only confirms that the model answer "
            "passes."),
-    "zh": ("请在这些练习的学生版 [`exercises/{name}`]({link})（英文；徽章在 Colab 中打开"
-           "它）中做练习：那里有写每个答案的位置，检查会评判你自己的代码。这里的参考答案点击后"
+    "zh": ("请在这些练习的学生版 [`exercises/zh-CN/{name}`]({link})（徽章在 Colab 中打开它）中"
+           "做练习：那里有写每个答案的位置，检查会用中文评判你自己的代码。这里的参考答案点击后"
            "才展开，检查单元格只确认参考答案能通过。"),
 }
 
@@ -119,11 +119,13 @@ _EXERCISES_TEXT = {
 def exercises_line(notebook_path: Path, language: str = "en") -> str:
     """The line under a teaching notebook's "## Exercises" heading: the Open-in-Colab badge of
     its student copy (the URL of the copy's own badge) and a relative link to the copy, from the
-    English notebook or (``language`` "zh") from its Chinese edition, one folder down."""
+    English notebook or (``language`` "zh") from its Chinese edition, one folder down, to the
+    Chinese student copy (``exercises/zh-CN/``)."""
     path = Path(notebook_path)
     project = find_project(path.parent)
-    copy_path = project.root / "exercises" / path.name
-    link = ("../" if language == "en" else "../../") + f"exercises/{path.name}"
+    folder = "exercises" if language == "en" else "exercises/zh-CN"
+    copy_path = project.root / folder / path.name
+    link = ("../" if language == "en" else "../../") + f"{folder}/{path.name}"
     badge = "https://colab.research.google.com/assets/colab-badge.svg"
     return (f"[![Open In Colab]({badge})]({project.colab_url(copy_path)}) "
             + _EXERCISES_TEXT[language].format(name=path.name, link=link))

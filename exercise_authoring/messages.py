@@ -17,6 +17,7 @@ A translation keeps the English's placeholders (``{name}``, ``{count}``, ...) an
 
 from __future__ import annotations
 
+import ast
 import io
 import re
 from collections import Counter
@@ -159,3 +160,181 @@ def catalogue_report(po: Path) -> list[str]:
         for problem in message_problems(entry.msgid, entry.msgstr):
             lines.append(f"{entry.msgid[:50]!r}...: {problem}")
     return lines
+
+
+# The folded checks' verdicts ----------------------------------------------------------------------
+# A folded check cell of a notebook prints one line starting with ✓ that says what held, e.g.
+# print(f"✓ each row sums to 1 (largest error {error:.1e})"). Its text is a catalogue entry of the
+# notebook, written as the body of the f-string: the placeholders are the code's, {error:.1e}, and a
+# translation keeps each of them. The Chinese notebook prints the Chinese f-string instead, and its
+# stored output is the English output with each verdict line rewritten: the values the English line
+# shows, read off it by the English template, put into the Chinese one.
+
+VERDICT = "✓"
+
+
+def _escape(text: str) -> str:
+    """Text as it is written inside f"...": backslashes, quotes, line breaks, braces escaped."""
+    return (text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+            .replace("\t", "\\t").replace("{", "{{").replace("}", "}}"))
+
+
+def _field(node) -> str:
+    """A replacement field of an f-string, as one canonical text: {expression!conversion:spec}."""
+    text = "{" + ast.unparse(node.value)
+    if node.conversion != -1:
+        text += "!" + chr(node.conversion)
+    if node.format_spec is not None:
+        text += ":" + "".join(v.value if isinstance(v, ast.Constant) else _field(v)
+                              for v in node.format_spec.values)
+    return text + "}"
+
+
+def body_of(node) -> str | None:
+    """The f-string body (what lies between f" and ") of a string or f-string literal node."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return _escape(node.value)
+    if isinstance(node, ast.JoinedStr):
+        return "".join(_escape(v.value) if isinstance(v, ast.Constant) else _field(v)
+                       for v in node.values)
+    return None
+
+
+def _parts(body: str) -> list[tuple[str, str]]:
+    """An f-string body cut into ("text", what it prints) and ("field", canonical field)."""
+    node = ast.parse('f"""' + body + '"""', mode="eval").body
+    values = node.values if isinstance(node, ast.JoinedStr) else [node]
+    return [("text", v.value) if isinstance(v, ast.Constant) else ("field", _field(v))
+            for v in values]
+
+
+def _verdict_calls(source: str):
+    """The verdict prints of a cell's code: (start, end, body) of each literal (character offsets),
+    for each print( literal ) whose text starts with ✓."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # IPython's magics (%pip): not a folded check
+        return []
+    starts = [0]
+    for line in source.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+
+    def offset(line, column):  # ast counts columns in UTF-8 bytes
+        text = source[starts[line - 1]:starts[line]] if line < len(starts) else ""
+        return starts[line - 1] + len(text.encode("utf-8")[:column].decode("utf-8"))
+
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id == "print" and len(node.args) == 1):
+            body = body_of(node.args[0])
+            if body is not None and body.startswith(VERDICT):
+                literal = node.args[0]
+                found.append((offset(literal.lineno, literal.col_offset),
+                              offset(literal.end_lineno, literal.end_col_offset), body))
+    return sorted(found)
+
+
+def is_folded(cell: dict) -> bool:
+    return cell.get("cell_type") == "code" and bool(
+        cell.get("metadata", {}).get("jupyter", {}).get("source_hidden"))
+
+
+def verdicts(cell: dict) -> list[str]:
+    """The catalogue entries of a code cell: the bodies of its verdicts, if it is folded."""
+    from .copies import source_of
+
+    return [body for _, _, body in _verdict_calls(source_of(cell))] if is_folded(cell) else []
+
+
+def translated_code(source: str, translations: dict[str, str]) -> str:
+    """A folded cell's code with each translated verdict's literal replaced by the Chinese one."""
+    for start, end, body in reversed(_verdict_calls(source)):
+        if body in translations:
+            chinese = translations[body]
+            literal = ('f"' if "{" in chinese or "}" in chinese else '"') + chinese + '"'
+            source = source[:start] + literal + source[end:]
+    return source
+
+
+def _template(body: str):
+    """The regular expression that reads the values off a line the body printed, and the keys."""
+    pattern, keys = "", []
+    for kind, what in _parts(body):
+        if kind == "text":
+            pattern += re.escape(what)
+        else:
+            pattern += "(.*?)"
+            keys.append(what)
+    return re.compile(pattern, re.DOTALL), keys
+
+
+def rewrite_line(text: str, pairs: list[tuple[str, str]]) -> str | None:
+    """``text`` (what an English template printed, one or more lines) in Chinese: the values
+    read off it by the first English template of ``pairs`` that prints it, put into that pair's
+    Chinese template; None if none does."""
+    for english, chinese in pairs:
+        pattern, keys = _template(english)
+        match = pattern.fullmatch(text)
+        if match is None:
+            continue
+        values = {}
+        if any(values.setdefault(k, v) != v for k, v in zip(keys, match.groups())):
+            continue  # the same field read two ways
+        try:
+            return "".join(what if kind == "text" else values[what]
+                           for kind, what in _parts(chinese))
+        except KeyError:
+            return None
+    return None
+
+
+def translated_text(text: str, pairs: list[tuple[str, str]]) -> str:
+    """Printed text with each line (or group of lines) a template of ``pairs`` printed rewritten
+    in Chinese; the other lines as they are."""
+    lines = text.split("\n")
+    heights = sorted({_parts_lines(english) for english, _ in pairs}, reverse=True)
+    out, i = [], 0
+    while i < len(lines):
+        for height in heights:
+            if i + height <= len(lines):
+                rewritten = rewrite_line("\n".join(lines[i:i + height]), pairs)
+                if rewritten is not None:
+                    out.append(rewritten)
+                    i += height
+                    break
+        else:
+            out.append(lines[i])
+            i += 1
+    return "\n".join(out)
+
+
+def _parts_lines(body: str) -> int:
+    return 1 + sum(what.count("\n") for kind, what in _parts(body) if kind == "text")
+
+
+def translated_outputs(outputs: list, pairs: list[tuple[str, str]]) -> list:
+    """A cell's stored outputs with the text its verdicts (and the package's messages) printed
+    rewritten in Chinese."""
+    import copy
+
+    outputs = copy.deepcopy(outputs)
+    for output in outputs:
+        if output.get("output_type") == "stream" and pairs:
+            text = "".join(output["text"]) if isinstance(output["text"], list) else output["text"]
+            new = translated_text(text, pairs)
+            if new != text:
+                output["text"] = new
+    return outputs
+
+
+def package_messages(root: Path | None = None) -> dict[str, str]:
+    """msgid -> msgstr of the package's translated messages (all modules)."""
+    from .translation import _translations
+
+    result = {}
+    for module in modules(root):
+        po = catalogue_of(module)
+        if po.exists():
+            result.update(_translations(po.read_text(encoding="utf-8")))
+    return result

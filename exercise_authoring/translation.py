@@ -167,8 +167,12 @@ def _read_source(path: Path) -> dict:
 def extract(notebook: dict, page: bool = False) -> list[tuple[str, int]]:
     """The catalogue entries of a notebook (or of a markdown ``page`` read as one): (msgid, cell
     index), in order, repeats included."""
+    from .messages import verdicts
+
     entries = []
     for index, cell in enumerate(notebook["cells"]):
+        if cell["cell_type"] == "code":
+            entries += [(body, index) for body in verdicts(cell)]
         if cell["cell_type"] != "markdown":
             continue
         for block in blocks(source_of(cell)):
@@ -356,6 +360,8 @@ def translated_notebook(notebook_path: Path, notebook: dict, catalogue_text: str
                for cell in notebook["cells"] if page and cell["cell_type"] == "markdown"
                for b in blocks(source_of(cell)) if b.text and b.prefix.startswith("#")}
     for cell in notebook["cells"]:
+        if cell["cell_type"] == "code" and not page:
+            _translate_code_cell(cell, translations)
         if cell["cell_type"] != "markdown":
             continue
         lines = source_of(cell).splitlines()
@@ -384,6 +390,35 @@ def translated_notebook(notebook_path: Path, notebook: dict, catalogue_text: str
     if not _is_page(notebook_path):
         notebook["metadata"] = {**notebook["metadata"], "language": "zh-CN"}
     return notebook
+
+
+# The line of the setup cell that imports the package, and what the Chinese edition adds after it:
+# the checks' feedback in Chinese.
+SETUP_IMPORT = "import d2lhelpers  # missing?"
+LANGUAGE_SWITCH = 'd2lhelpers.set_language("zh_CN")  # 练习的检查用中文给出反馈'
+
+
+def _translate_code_cell(cell: dict, translations: dict[str, str]) -> None:
+    """A code cell of the Chinese edition, in place: the setup cell switches the checks' language
+    to Chinese; a folded check prints its verdict in Chinese; the stored outputs show what the
+    Chinese code prints (the verdicts' and the package's ✓ lines rewritten)."""
+    from .messages import VERDICT, is_folded, package_messages, translated_code, \
+        translated_outputs, verdicts
+
+    source = source_of(cell)
+    lines = source.split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith(SETUP_IMPORT):
+            lines.insert(i + 1, LANGUAGE_SWITCH)
+            cell["source"] = "\n".join(lines)
+            return
+    pairs = [(body, translations[body]) for body in verdicts(cell) if body in translations]
+    pairs += [(english, chinese) for english, chinese in package_messages().items()
+              if english.startswith(VERDICT)]
+    if is_folded(cell):
+        cell["source"] = translated_code(source, translations)
+    if cell.get("outputs"):
+        cell["outputs"] = translated_outputs(cell["outputs"], pairs)
 
 
 def with_edition_line(notebook_path: Path, notebook: dict) -> dict:
@@ -621,6 +656,23 @@ def entry_problems(msgid: str, msgstr: str, terms: dict[str, str]) -> list[str]:
     return problems
 
 
+def verdict_problems(msgid: str, msgstr: str) -> list[str]:
+    """What is wrong with a folded check's verdict in Chinese: a placeholder (the code's) lost or
+    added, or a body that is no f-string's."""
+    from .messages import _parts
+
+    try:
+        english = sorted(w for kind, w in _parts(msgid) if kind == "field")
+        chinese = sorted(w for kind, w in _parts(msgstr) if kind == "field")
+    except SyntaxError as error:
+        return [f"the translation is not the body of an f-string: {error.msg}"]
+    problems = [f"the translation must keep the code's placeholders {english}, has {chinese}"
+                ] if english != chinese else []
+    if not msgstr.startswith("✓"):
+        problems.append("a verdict starts with ✓")
+    return problems
+
+
 def translation_report(notebook_path: Path) -> list[str]:
     """Each problem of a notebook's catalogue as it is on disk, one line each: the cell, the start
     of the English, and what is wrong (see :func:`entry_problems`), or the variant the glossary
@@ -635,7 +687,8 @@ def translation_report(notebook_path: Path) -> list[str]:
         if not entry.msgstr or entry.fuzzy:
             continue
         where = ", ".join(f"cell {line}" for _, line in entry.occurrences[:3])
-        for problem in entry_problems(entry.msgid, entry.msgstr, terms):
+        for problem in (verdict_problems(entry.msgid, entry.msgstr) if entry.msgid.startswith("✓")
+                        else entry_problems(entry.msgid, entry.msgstr, terms)):
             lines.append(f"{where}: {entry.msgid[:50]!r}...: {problem}")
         for variant, term in drifts(entry.msgstr, vocabulary_rows):
             lines.append(f"{where}: {entry.msgid[:50]!r}...: the translation says {variant!r}: the "

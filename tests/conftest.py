@@ -81,3 +81,4 @@ def chinese(monkeypatch):
 
     monkeypatch.setenv("D2LHELPERS_LANGUAGE", "zh_CN")
     return runner._
+

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 import exercise_authoring as authoring
-from exercise_authoring import translation
+from exercise_authoring import messages, translation
 from exercise_authoring.copies import exercises_line, notebook_text, source_of
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -64,22 +64,110 @@ def test_catalogue_and_chinese_notebook_are_what_the_command_writes(notebook):
         f"run {TRANSLATE}")
 
 
+def without_verdicts(source: str) -> str:
+    """A cell's code with each folded check's verdict literal left out."""
+    for start, end, _ in reversed(messages._verdict_calls(source)):
+        source = source[:start] + '""' + source[end:]
+    return source
+
+
+def stream_lines(cell) -> list[str]:
+    return [line for o in cell.get("outputs", []) if o["output_type"] == "stream"
+            for line in "".join(o["text"]).split("\n")]
+
+
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
-def test_chinese_notebook_has_the_english_code_outputs_and_cells(notebook):
-    """Checked cell by cell, not through the command: the Chinese notebook adds no nbval time
-    because its code is the English code, run and checked there."""
+def test_chinese_notebook_has_the_english_cells_code_and_outputs_but_its_language(notebook):
+    """The Chinese edition runs the English code: the same cells, code and outputs, but for the
+    line of its setup cell that makes the checks speak Chinese and the verdicts of its folded
+    checks (and the ✓ lines they and the exercise checks print). The cells that differ are run in
+    the English notebook's nbval run, right after their English cell (conftest.py), so that their
+    stored outputs are checked without a second run of the notebook."""
     english, chinese = load(notebook), load(translation.translation_path(notebook))
     assert [c["cell_type"] for c in chinese["cells"]] == [c["cell_type"] for c in english["cells"]]
+    switched = 0
     for index, (en, zh) in enumerate(zip(english["cells"], chinese["cells"])):
+        where = f"{notebook.name}, cell {index}"
         if en["cell_type"] == "code":
-            assert zh == en, f"{notebook.name}, cell {index}: the Chinese edition's code cell differs"
+            assert {k: v for k, v in zh.items() if k not in ("source", "outputs")} == {
+                k: v for k, v in en.items() if k not in ("source", "outputs")}, where
+            en_source, zh_source = source_of(en), source_of(zh)
+            if translation.LANGUAGE_SWITCH in zh_source:
+                switched += 1
+                assert zh_source.replace("\n" + translation.LANGUAGE_SWITCH, "") == en_source
+            else:
+                assert without_verdicts(zh_source) == without_verdicts(en_source), (
+                    f"{where}: the Chinese edition's code differs beyond its verdicts")
+            assert [o["output_type"] for o in zh.get("outputs", [])] == [
+                o["output_type"] for o in en.get("outputs", [])], where
+            assert [o for o in zh.get("outputs", []) if o["output_type"] != "stream"] == [
+                o for o in en.get("outputs", []) if o["output_type"] != "stream"], where
+            en_lines, zh_lines = stream_lines(en), stream_lines(zh)
+            assert [x for x in en_lines if not x.startswith("✓")] == [
+                x for x in zh_lines if not x.startswith("✓")], where
         else:
-            assert zh["metadata"] == en["metadata"], f"{notebook.name}, cell {index}: metadata differs"
+            assert zh["metadata"] == en["metadata"], f"{where}: metadata differs"
             for marker in ("BEGIN SOLUTION", "END SOLUTION", "<details>", "</details>"):
                 assert source_of(zh).count(marker) == source_of(en).count(marker), (
-                    f"{notebook.name}, cell {index}: {marker!r} count differs")
+                    f"{where}: {marker!r} count differs")
+    assert switched == 1, f"{notebook.name}: the setup cell must switch the checks to Chinese"
     assert {k: v for k, v in chinese["metadata"].items() if k != "language"} == english["metadata"]
     assert chinese["metadata"]["language"] == "zh-CN"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_the_chinese_edition_prints_its_verdicts_in_chinese(notebook):
+    """Every ✓ line stored in the Chinese notebook (a folded check's verdict, an exercise check's
+    line about the model answer) is Chinese, and its folded checks print Chinese."""
+    chinese = load(translation.translation_path(notebook))
+    english_lines = [line for c in chinese["cells"] if c["cell_type"] == "code"
+                     for line in stream_lines(c) if line.startswith("✓") and not HAN.search(line)]
+    assert not english_lines, f"{notebook.name}: ✓ lines in English:\n" + "\n".join(
+        english_lines[:5])
+    for cell in chinese["cells"]:
+        for _, _, body in messages._verdict_calls(source_of(cell)) if messages.is_folded(
+                cell) else []:
+            assert HAN.search(body), f"{notebook.name}: a verdict in English: {body[:60]}"
+
+
+HAN = re.compile(r"[\u4e00-\u9fff]")
+
+
+def test_the_checks_messages_are_translated_current_and_keep_their_placeholders():
+    """Every message a check shows has its Chinese in its module's catalogue (none untranslated,
+    none fuzzy, every placeholder and line break kept), the catalogues hold what the code marks,
+    and the package's compiled catalogue is what they compile to."""
+    summaries = messages.update_message_catalogues(ROOT / "README.md", write=False)
+    assert summaries and sum(s["entries"] for s in summaries) > 300
+    for s in summaries:
+        name = s["catalogue"].relative_to(ROOT)
+        assert not s["changed"], f"{name} or the compiled .mo is stale: run {TRANSLATE}"
+        assert not s["untranslated"] and not s["fuzzy"], (
+            f"{name}: {s['untranslated']} untranslated, {s['fuzzy']} fuzzy: translate them, then "
+            f"run {TRANSLATE}")
+        problems = messages.catalogue_report(s["catalogue"])
+        assert not problems, f"{name}:\n" + "\n".join(problems[:10])
+
+
+@pytest.mark.parametrize("english, chinese, printed, expected", [
+    ("✓ {n} rows sum to 1", "✓ {n} 行之和为 1", "✓ 12 rows sum to 1", "✓ 12 行之和为 1"),
+    ("✓ error {err:.1e} < {tol}; {name!r} kept", "✓ 误差 {err:.1e} < {tol}；保留了 {name!r}",
+     "✓ error 3.0e-07 < 1e-5; 'x' kept", "✓ 误差 3.0e-07 < 1e-5；保留了 'x'"),
+    ("✓ {a} then {b}", "✓ 先 {b} 后 {a}", "✓ x then y", "✓ 先 y 后 x"),  # order changed
+    ("✓ two lines:\\n{x}", "✓ 两行：\\n{x}", "✓ two lines:\n7", "✓ 两行：\n7"),
+])
+def test_a_verdict_line_is_rewritten_with_the_values_the_english_printed(
+        english, chinese, printed, expected):
+    text = f"before\n{printed}\nafter\n"
+    assert messages.translated_text(text, [(english, chinese)]) == f"before\n{expected}\nafter\n"
+    source = f"x = 1\nprint(f\"{english}\")\n"
+    assert messages.translated_code(source, {english: chinese}) == f'x = 1\nprint(f"{chinese}")\n'
+
+
+def test_a_verdicts_translation_must_keep_the_codes_placeholders():
+    assert translation.verdict_problems("✓ {n} rows", "✓ {n} 行") == []
+    assert translation.verdict_problems("✓ {n} rows", "✓ {m} 行")
+    assert translation.verdict_problems("✓ {n} rows", "✓ {n 行")
 
 
 @pytest.mark.parametrize("notebook", SOURCES, ids=lambda p: p.name)
@@ -150,8 +238,13 @@ def test_a_catalogue_of_the_english_gives_back_the_english_notebook():
         same = translation.translated_notebook(notebook, english, str(catalogue))
         lines = {translation.edition_line(notebook, "zh"): translation.edition_line(notebook, "en"),
                  exercises_line(notebook, "zh"): exercises_line(notebook, "en")}
+        for a, b in zip(english["cells"], same["cells"]):  # code: a verdict may be rewritten
+            if a["cell_type"] == "code":
+                assert without_verdicts(source_of(b).replace(
+                    "\n" + translation.LANGUAGE_SWITCH, "")) == without_verdicts(source_of(a))
+                assert b.get("outputs") == a.get("outputs")
         differ = [i for i, (a, b) in enumerate(zip(english["cells"], same["cells"]))
-                  if source_of(a) != source_of(b)]
+                  if a["cell_type"] == "markdown" and source_of(a) != source_of(b)]
         assert differ[0] == 0 and len(differ) <= 2, f"{notebook.name}: cells {differ} changed"
         for i in differ:  # the edition line, and the line that says where to try the exercises
             text = source_of(same["cells"][i])
