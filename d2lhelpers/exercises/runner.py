@@ -847,7 +847,7 @@ def _fill_wide(line: str, indent: str) -> str:
     """One line of Chinese (with English words, numbers and code in it) filled to the width of a
     message: a break falls between two characters or at a space, never before closing
     punctuation (the character before it goes to the next line with it), never inside a word."""
-    lines, current, space, last = [], "", "", 0  # last: where the last piece of current begins
+    lines, current, space, starts = [], "", "", []  # starts: where each piece of current begins
     for piece in _PIECES.findall(line):
         if piece.isspace():
             space = piece if current.strip() else ""
@@ -857,12 +857,16 @@ def _fill_wide(line: str, indent: str) -> str:
         if current.strip() and _columns(current + space + piece) > _WIDTH:
             if piece not in _NO_BREAK_BEFORE:
                 lines.append(current)
-                current, space, last = indent + piece, "", len(indent)
-                continue
-            if current[:last].strip():  # the last piece goes with its closing punctuation
-                lines.append(current[:last].rstrip())
-                current, space, last = indent + current[last:], "", len(indent)
-        last = len(current + space)
+                current, space, starts = indent, "", []
+            else:  # the last piece that is no closing punctuation goes down with it
+                carried = len(starts) - 1
+                while carried > 0 and current[starts[carried]:].lstrip()[:1] in _NO_BREAK_BEFORE:
+                    carried -= 1
+                if carried > 0:
+                    lines.append(current[:starts[carried]].rstrip())
+                    current, space = indent + current[starts[carried]:], ""
+                    starts = [len(indent) + s - starts[carried] for s in starts[carried:]]
+        starts.append(len(current + space))
         current, space = current + space + piece, ""
     lines.append(current)
     return "\n".join(lines)
