@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ..attention import KVCache, causal_valid_lens
-from .runner import _
+from .runner import N_, _
 
 __all__ = ["seeded_generator", "randn", "randint", "random_floats", "random_choice",
            "random_sizes", "random_head_sizes", "size_text", "case_label", "labelled",
@@ -113,13 +113,13 @@ def valid_lens_case(generator, kind: str | None, B: int, T_q: int,
     if kind == "causal":
         return causal_valid_lens(B, T_q), "valid_lens (B, T) = 1..T"
     if kind is None:
-        return None, "no valid_lens"
+        return None, _("no valid_lens")
     lengths = random_lengths(generator, B, T_q if self_attention else T_k,
                              T_q if kind == "per query" else None, zero=kind == "zero")
     words = {"per sequence": "valid_lens (B,)",
              "per query": "valid_lens (B, T)" if self_attention else "valid_lens (B, T_q)",
-             "zero": "a sequence with valid length 0"}[kind]
-    return lengths, words
+             "zero": N_("a sequence with valid length 0")}[kind]
+    return lengths, _(words)
 
 
 # Symptoms several checks share ---------------------------------------------------------------
@@ -158,8 +158,9 @@ def load_linear_weights(module: nn.Module, weights: dict[str, torch.Tensor],
     for name, weight in weights.items():
         layer, shape = getattr(module, name, None), tuple(weight.shape)
         if not isinstance(layer, nn.Linear) or tuple(layer.weight.shape) != shape:
-            raise TypeError(f"the module needs {name} = nn.Linear with weight of shape {shape}"
-                            f"{note}, got {layer!r}")
+            raise TypeError(_("the module needs {name} = nn.Linear with weight of shape {shape}"
+                              "{note}, got {layer}").format(name=name, shape=shape, note=note,
+                                                            layer=repr(layer)))
     with torch.no_grad():
         for name, weight in weights.items():
             getattr(module, name).weight.copy_(weight)

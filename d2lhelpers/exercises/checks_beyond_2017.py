@@ -10,13 +10,28 @@ from functools import partial
 
 import torch
 
-from ..attention import (MultiHeadAttention, causal_valid_lens, masked_softmax,
-                         online_softmax_update, sequence_mask)
+from ..attention import (
+    MultiHeadAttention,
+    causal_valid_lens,
+    masked_softmax,
+    online_softmax_update,
+    sequence_mask,
+)
 from ..decoding import next_token_probs
 from ..positional import apply_rotary
-from .cases import (case_label, feed_in_chunks, labelled, load_linear_weights, randint, randn,
-                    random_floats, random_sizes, seeded_generator, seeded_module)
-from .runner import Symptom, exercise_check, run_check
+from .cases import (
+    case_label,
+    feed_in_chunks,
+    labelled,
+    load_linear_weights,
+    randint,
+    randn,
+    random_floats,
+    random_sizes,
+    seeded_generator,
+    seeded_module,
+)
+from .runner import N_, Symptom, _, exercise_check, run_check
 
 __all__ = ["check_rotary_at_positions", "check_online_softmax_update",
            "check_cached_gqa_self_attention", "check_top_p_probs"]
@@ -69,33 +84,33 @@ def _float32_angles(result, x, positions) -> bool:
 
 
 _ROTARY_AT_POSITIONS_MISTAKES = {
-    "Your angles are float32 (torch.arange(...) / d_k is float32 unless told otherwise): at far "
-    "positions they lose digits; compute the frequencies and angles in x's float64.":
+    N_("Your angles are float32 (torch.arange(...) / d_k is float32 unless told otherwise): at far "
+       "positions they lose digits; compute the frequencies and angles in x's float64."):
         Symptom(_float32_angles),
-    "Your pairs are the two halves (feature j with feature j + d_k/2): here a pair is two "
-    "neighbours, features 2j and 2j+1.": (
+    N_("Your pairs are the two halves (feature j with feature j + d_k/2): here a pair is two "
+       "neighbours, features 2j and 2j+1."): (
         partial(_wrong_rotary, pairs="halves"),
         partial(_wrong_rotary, pairs="halves", written="interleaved anyway")),
-    "Your rotated pairs are written back as two halves (all first features, then all second "
-    "ones): each pair goes back to its place, features 2j and 2j+1.":
+    N_("Your rotated pairs are written back as two halves (all first features, then all second "
+       "ones): each pair goes back to its place, features 2j and 2j+1."):
         partial(_wrong_rotary, written="halves"),
-    "Your rotation turns the other way: y_2j = x_2j cos - x_2j+1 sin, y_2j+1 = x_2j sin + x_2j+1 "
-    "cos (multiplying by e^(i angle)).": partial(_wrong_rotary, turn=-1),
-    "Your frequencies use the exponent j/d_k: pair j turns at omega_j = 10000^(-2j/d_k).":
+    N_("Your rotation turns the other way: y_2j = x_2j cos - x_2j+1 sin, y_2j+1 = x_2j sin + "
+       "x_2j+1 cos (multiplying by e^(i angle))."): partial(_wrong_rotary, turn=-1),
+    N_("Your frequencies use the exponent j/d_k: pair j turns at omega_j = 10000^(-2j/d_k)."):
         partial(_wrong_rotary, exponent="j"),
-    "Your frequencies use the exponent 4j/d_k: pair j uses 2j/d_k; did you double an index that "
-    "is already 2j?": partial(_wrong_rotary, exponent="4j"),
-    "Your frequencies grow with j (10000^(2j/d_k)): omega_j = 10000^(-2j/d_k) falls from 1.": (
+    N_("Your frequencies use the exponent 4j/d_k: pair j uses 2j/d_k; did you double an index that "
+       "is already 2j?"): partial(_wrong_rotary, exponent="4j"),
+    N_("Your frequencies grow with j (10000^(2j/d_k)): omega_j = 10000^(-2j/d_k) falls from 1."): (
         partial(_wrong_rotary, exponent="-2j"),
         partial(_wrong_rotary, exponent="-2j", frequencies_in=None)),
-    "Your rotation uses the positions 0 .. T-1, not those you were given: row t turns as "
-    "position positions[t].": partial(_wrong_rotary, use_positions=False),
-    "Your positions are off by one: row t turns by the angle of position positions[t] itself.":
+    N_("Your rotation uses the positions 0 .. T-1, not those you were given: row t turns as "
+       "position positions[t]."): partial(_wrong_rotary, use_positions=False),
+    N_("Your positions are off by one: row t turns by the angle of position positions[t] itself."):
         tuple(partial(_wrong_rotary, shift=shift) for shift in (1, -1)),
-    "Your cos and sin trade places: y_2j = x_2j cos - x_2j+1 sin, with cos and sin of the same "
-    "angle.": tuple(partial(_wrong_rotary, trig="sin, cos", turn=turn) for turn in (1, -1)),
-    "Your result is not a rotation: it changes the length of x's vectors, which turning each "
-    "pair (x_2j, x_2j+1) by an angle keeps.": Symptom(_not_a_rotation),
+    N_("Your cos and sin trade places: y_2j = x_2j cos - x_2j+1 sin, with cos and sin of the same "
+       "angle."): tuple(partial(_wrong_rotary, trig="sin, cos", turn=turn) for turn in (1, -1)),
+    N_("Your result is not a rotation: it changes the length of x's vectors, which turning each "
+       "pair (x_2j, x_2j+1) by an angle keeps."): Symptom(_not_a_rotation),
 }
 
 
@@ -106,13 +121,14 @@ def check_rotary_at_positions(fn: Callable, seed: int = 0, hint: int = 1, *,
     angle positions[t] * omega_j, omega_j = 10000^(-2j / d_k): x (..., T, d_k), positions (T,)
     whole numbers, any of them (not only 0 .. T-1). As ``d2lh.apply_rotary``."""
     generator = seeded_generator(seed)
-    fixed = [("positions 0 .. T-1", (randn(generator, 1, 5, 8), torch.arange(5))),
-             ("the odd positions of a cache",
+    fixed = [(N_("positions 0 .. T-1"), (randn(generator, 1, 5, 8), torch.arange(5))),
+             (N_("the odd positions of a cache"),
               (randn(generator, 2, 4, 8), torch.tensor([1, 3, 5, 7]))),
-             ("position 0 only: no rotation", (randn(generator, 1, 1, 4), torch.tensor([0]))),
-             ("heads: x (B, h, T, d_k)", (randn(generator, 2, 3, 4, 6), torch.tensor([9, 2, 4, 0]))),
-             ("far positions, float64", (randn(generator, 1, 3, 16, dtype=torch.float64),
-                                         torch.tensor([1000, 40000, 65535])))]
+             (N_("position 0 only: no rotation"), (randn(generator, 1, 1, 4), torch.tensor([0]))),
+             (N_("heads: x (B, h, T, d_k)"),
+              (randn(generator, 2, 3, 4, 6), torch.tensor([9, 2, 4, 0]))),
+             (N_("far positions, float64"), (randn(generator, 1, 3, 16, dtype=torch.float64),
+                                             torch.tensor([1000, 40000, 65535])))]
     random = []
     for s in random_sizes(generator, 2, B=(1, 3), T=(1, 6), half_d_k=(1, 8)):
         positions = randint(generator, 0, 60, (s["T"],))  # drawn before x
@@ -120,17 +136,18 @@ def check_rotary_at_positions(fn: Callable, seed: int = 0, hint: int = 1, *,
     cases = labelled(fixed + random, lambda x, positions:
                      f"x {tuple(x.shape)}, positions {positions.tolist()}")
     run_check("rotary_at_positions", fn, cases, reference=apply_rotary,
-              hints=("Which features form a pair, by how much does pair j turn at position m, and "
-                     "in which direction? Does your angle use the positions you were given?",
-                     "Pair j is two neighbours, (x[..., 2j], x[..., 2j+1]); it turns by the angle "
-                     "positions[t] * omega_j, omega_j falling from 1 as j grows, in the direction "
-                     "of multiplying x_2j + i x_2j+1 by e^(i angle); the angles in the precision "
-                     "of x (float64 for a float64 x).",
-                     "pair j is (x[..., 2j], x[..., 2j+1]) (neighbours, not the two halves); "
-                     "its angle is positions[t] * omega_j with omega_j = 10000 ** (-2j / d_k); "
-                     "y_2j = x_2j cos - x_2j+1 sin, y_2j+1 = x_2j sin + x_2j+1 cos (the complex "
-                     "number x_2j + i x_2j+1 times e^(i angle)). Compute the angles in float64 "
-                     "for a float64 x, and keep x's shape."),
+              hints=(N_("Which features form a pair, by how much does pair j turn at position m, "
+                        "and in which direction? Does your angle use the positions you were "
+                        "given?"),
+                     N_("Pair j is two neighbours, (x[..., 2j], x[..., 2j+1]); it turns by the "
+                        "angle positions[t] * omega_j, omega_j falling from 1 as j grows, in the "
+                        "direction of multiplying x_2j + i x_2j+1 by e^(i angle); the angles in "
+                        "the precision of x (float64 for a float64 x)."),
+                     N_("pair j is (x[..., 2j], x[..., 2j+1]) (neighbours, not the two halves); "
+                        "its angle is positions[t] * omega_j with omega_j = 10000 ** (-2j / d_k); "
+                        "y_2j = x_2j cos - x_2j+1 sin, y_2j+1 = x_2j sin + x_2j+1 cos (the complex "
+                        "number x_2j + i x_2j+1 times e^(i angle)). Compute the angles in float64 "
+                        "for a float64 x, and keep x's shape.")),
               hint=hint, mistakes=_ROTARY_AT_POSITIONS_MISTAKES, verbose=verbose)
 
 
@@ -163,43 +180,44 @@ def _wrong_online_update(m, l, acc, scores, values, rescale=("l", "acc"), guard=
 
 
 _ONLINE_SOFTMAX_UPDATE_MISTAKES = {
-    "Your acc is not rescaled when the maximum grows: it was summed under the old maximum, so "
-    "it must be brought to the new one, as l is, before the new block is added.":
+    N_("Your acc is not rescaled when the maximum grows: it was summed under the old maximum, so "
+       "it must be brought to the new one, as l is, before the new block is added."):
         partial(_wrong_online_update, rescale=("l",)),
-    "Your l is not rescaled when the maximum grows: it was summed under the old maximum, so it "
-    "must be brought to the new one, as acc is, before the new block is added.":
+    N_("Your l is not rescaled when the maximum grows: it was summed under the old maximum, so it "
+       "must be brought to the new one, as acc is, before the new block is added."):
         partial(_wrong_online_update, rescale=("acc",)),
-    "Your sums are not rescaled when the maximum grows: l and acc were made under the old "
-    "maximum; by what factor do they go over to the new one?":
+    N_("Your sums are not rescaled when the maximum grows: l and acc were made under the old "
+       "maximum; by what factor do they go over to the new one?"):
         partial(_wrong_online_update, rescale=()),
-    "Your rescaling factor is inverted: when the maximum grows, the sums made under the old one "
-    "must shrink, not grow.":
+    N_("Your rescaling factor is inverted: when the maximum grows, the sums made under the old one "
+       "must shrink, not grow."):
         partial(_wrong_online_update, factor="exp(m_new - m)"),
-    "Your rescaling factor compares m with the block's maximum alone: the old sums go from m to "
-    "the new running maximum, the larger of m and the block's maximum.":
+    N_("Your rescaling factor compares m with the block's maximum alone: the old sums go from m to "
+       "the new running maximum, the larger of m and the block's maximum."):
         partial(_wrong_online_update, factor="the block's maximum"),
-    "Your state turns NaN for a query that has seen only -inf scores (exp(-inf - (-inf)) is "
-    "NaN): such a query's l and acc must stay 0.":
+    N_("Your state turns NaN for a query that has seen only -inf scores (exp(-inf - (-inf)) is "
+       "NaN): such a query's l and acc must stay 0."):
         partial(_wrong_online_update, guard=False),
-    "Your exponentials use the raw scores, not the scores minus the running maximum: "
-    "exp(score - m) keeps them at most 1 (and m is then part of the state).":
+    N_("Your exponentials use the raw scores, not the scores minus the running maximum: "
+       "exp(score - m) keeps them at most 1 (and m is then part of the state)."):
         partial(_wrong_online_update, shift="none"),
-    "Your new block is shifted by the old maximum: its exponentials are taken relative to the "
-    "new maximum, like the rescaled sums.": (partial(_wrong_online_update, shift="old maximum"),
-                 partial(_wrong_online_update, shift="old maximum everywhere")),
-    "Your maximum is the new block's alone: m_new is the largest score seen so far, the old m "
-    "included.": partial(_wrong_online_update, maximum="block"),
-    "Your m is not updated: return the new maximum, max(m, the block's largest score).":
+    N_("Your new block is shifted by the old maximum: its exponentials are taken relative to the "
+       "new maximum, like the rescaled sums."): (
+        partial(_wrong_online_update, shift="old maximum"),
+        partial(_wrong_online_update, shift="old maximum everywhere")),
+    N_("Your maximum is the new block's alone: m_new is the largest score seen so far, the old m "
+       "included."): partial(_wrong_online_update, maximum="block"),
+    N_("Your m is not updated: return the new maximum, max(m, the block's largest score)."):
         partial(_wrong_online_update, maximum="kept"),
-    "Your acc is divided by l: acc stays the unnormalised weighted sum until the last block.":
+    N_("Your acc is divided by l: acc stays the unnormalised weighted sum until the last block."):
         partial(_wrong_online_update, returned="normalised"),
-    "Your maximum or sum drops the axis it reduces (no keepdim): a (T_q,) vector against the "
-    "(T_q, 1) state broadcasts every query against every other.": (
+    N_("Your maximum or sum drops the axis it reduces (no keepdim): a (T_q,) vector against the "
+       "(T_q, 1) state broadcasts every query against every other."): (
         partial(_wrong_online_update, max_over=(-1, False)),
         partial(_wrong_online_update, sum_over=(-1, False))),
-    "Your maximum or sum runs over the queries: each query takes its own over the block's keys, "
-    "the last axis.": (partial(_wrong_online_update, max_over=(-2, True)),
-                       partial(_wrong_online_update, sum_over=(-2, True))),
+    N_("Your maximum or sum runs over the queries: each query takes its own over the block's keys, "
+       "the last axis."): (partial(_wrong_online_update, max_over=(-2, True)),
+                          partial(_wrong_online_update, sum_over=(-2, True))),
 }
 
 
@@ -225,19 +243,22 @@ def check_online_softmax_update(fn: Callable, seed: int = 0, hint: int = 1, *,
         values_before = randn(generator, *earlier.shape[:-2], earlier.shape[-1], d_v, dtype=dtype)
         values = randn(generator, *new.shape[:-2], new.shape[-1], d_v, dtype=dtype)
         m, l, acc = state_after(earlier, values_before)
-        label = f"earlier scores {earlier.tolist()}, new block {new.tolist()}, d_v={d_v}"
+        label = _("earlier scores {earlier}, new block {new}, d_v={d_v}").format(
+            earlier=earlier.tolist(), new=new.tolist(), d_v=d_v)
         return case_label(what, label), (m, l, acc, new, values)
 
     cases = [
-        case("the first block: nothing seen yet (m = -inf, l = acc = 0)", [[]], [[0.5, 2.0, -1.0]]),
-        case("the maximum grows: what was summed must be rescaled", [[0.0, 1.0]], [[3.0, 0.5]]),
-        case("every new score below the running maximum", [[4.0, 1.0]], [[0.0, 2.0, 3.5]]),
-        case("masked keys (-inf) in the block", [[1.0, 0.0], [2.0, -1.0]],
+        case(N_("the first block: nothing seen yet (m = -inf, l = acc = 0)"), [[]],
+             [[0.5, 2.0, -1.0]]),
+        case(N_("the maximum grows: what was summed must be rescaled"), [[0.0, 1.0]], [[3.0, 0.5]]),
+        case(N_("every new score below the running maximum"), [[4.0, 1.0]], [[0.0, 2.0, 3.5]]),
+        case(N_("masked keys (-inf) in the block"), [[1.0, 0.0], [2.0, -1.0]],
              [[-inf, 0.5, -inf], [3.0, -inf, -inf]]),
-        case("a query with no valid key yet meets a fully masked block", [[-inf, -inf], [0.0, 1.0]],
-             [[-inf, -inf], [-inf, -inf]]),
-        case("large scores: exp(score) alone would overflow", [[900.0, 1000.0]], [[1005.0, 950.0]]),
-        case("heads: (B, h, T_q, b), float64", [[[[0.1, 0.4]], [[2.0, -3.0]]]],
+        case(N_("a query with no valid key yet meets a fully masked block"),
+             [[-inf, -inf], [0.0, 1.0]], [[-inf, -inf], [-inf, -inf]]),
+        case(N_("large scores: exp(score) alone would overflow"), [[900.0, 1000.0]],
+             [[1005.0, 950.0]]),
+        case(N_("heads: (B, h, T_q, b), float64"), [[[[0.1, 0.4]], [[2.0, -3.0]]]],
              [[[[1.0, -0.5, 0.2]], [[-inf, 5.0, 1.0]]]], d_v=2, dtype=torch.float64),
     ]
     for s in random_sizes(generator, 2, T_q=(1, 4), seen=(1, 5), b=(1, 5)):
@@ -245,29 +266,29 @@ def check_online_softmax_update(fn: Callable, seed: int = 0, hint: int = 1, *,
         new = (3 * randn(generator, s["T_q"], s["b"])).tolist()
         cases.append(case("", earlier, new, d_v=int(randint(generator, 1, 4))))
     run_check("online_softmax_update", fn, cases, reference=online_softmax_update,
-              hints=("Results 0, 1, 2 are the new m, l and acc. When the maximum grows, by what "
-                     "factor must the sums made under the old maximum be multiplied? And what "
-                     "must a query that has seen only -inf scores end with?",
-                     "The new maximum is the larger of the old one and the block's; the old sums "
-                     "were made under the old maximum, so each gets the factor exp(m - m_new) "
-                     "before the block's terms join them. A query whose maximum is still -inf "
-                     "must subtract 0, not -inf.",
-                     "m_new = max(m, largest new score); p = exp(scores - m_new); both sums were "
-                     "made with exp(score - m), so multiply l and acc by exp(m - m_new) before "
-                     "adding p.sum(-1) and p @ values. While m_new is -inf, subtract 0 instead of "
-                     "m_new (exp(-inf - (-inf)) is NaN), so that l and acc stay 0."),
+              hints=(N_("Results 0, 1, 2 are the new m, l and acc. When the maximum grows, by what "
+                        "factor must the sums made under the old maximum be multiplied? And what "
+                        "must a query that has seen only -inf scores end with?"),
+                     N_("The new maximum is the larger of the old one and the block's; the old "
+                        "sums were made under the old maximum, so each gets the factor "
+                        "exp(m - m_new) before the block's terms join them. A query whose maximum "
+                        "is still -inf must subtract 0, not -inf."),
+                     N_("m_new = max(m, largest new score); p = exp(scores - m_new); both sums "
+                        "were made with exp(score - m), so multiply l and acc by exp(m - m_new) "
+                        "before adding p.sum(-1) and p @ values. While m_new is -inf, subtract 0 "
+                        "instead of m_new (exp(-inf - (-inf)) is NaN), so that l and acc stay 0.")),
               hint=hint, mistakes=_ONLINE_SOFTMAX_UPDATE_MISTAKES, verbose=verbose)
 
 
 def _gqa_cases(generator):
     """(description, (gqa, X, chunks)): a seeded grouped-query MultiHeadAttention with RoPE, whose weights the
     learner's module receives, new positions X (B, T, d_model) and the sizes of the steps."""
-    fixed = [("one position per step", dict(h=4, g=2, d_k=2, B=2), (1, 1, 1, 1)),
-             ("several positions per step", dict(h=4, g=2, d_k=4, B=2), (3, 2)),
-             ("multi-query: one key-value head", dict(h=4, g=1, d_k=2, B=1), (2, 1, 3)),
-             ("multi-head: as many key-value heads as query heads", dict(h=2, g=2, d_k=4, B=2),
+    fixed = [(N_("one position per step"), dict(h=4, g=2, d_k=2, B=2), (1, 1, 1, 1)),
+             (N_("several positions per step"), dict(h=4, g=2, d_k=4, B=2), (3, 2)),
+             (N_("multi-query: one key-value head"), dict(h=4, g=1, d_k=2, B=1), (2, 1, 3)),
+             (N_("multi-head: as many key-value heads as query heads"), dict(h=2, g=2, d_k=4, B=2),
               (1, 3)),
-             ("one step over everything", dict(h=6, g=3, d_k=2, B=1), (5,))]
+             (N_("one step over everything"), dict(h=6, g=3, d_k=2, B=1), (5,))]
     for s in random_sizes(generator, 2, g=(1, 3), group=(1, 3), half_d_k=(1, 3), B=(1, 3),
                           first=(1, 4), second=(1, 3)):
         fixed.append(("", dict(h=s["g"] * s["group"], g=s["g"], d_k=2 * s["half_d_k"], B=s["B"]),
@@ -278,8 +299,8 @@ def _gqa_cases(generator):
         gqa = seeded_module(generator, MultiHeadAttention, d_model, s["h"], num_kv_heads=s["g"],
                             rotary=True)
         X = randn(generator, s["B"], sum(chunks), d_model)
-        label = (f"d_model={d_model}, h={s['h']}, g={s['g']}, d_k={s['d_k']}, B={s['B']}, steps of "
-                 f"{list(chunks)} positions")
+        label = (f"d_model={d_model}, h={s['h']}, g={s['g']}, d_k={s['d_k']}, B={s['B']}, "
+                 + _("steps of {chunks} positions").format(chunks=list(chunks)))
         cases.append((case_label(what, label), (gqa, X, chunks)))
     return cases
 
@@ -359,47 +380,46 @@ def _wrong_gqa(**mistake) -> Callable:
 
 
 _CACHED_GQA_MISTAKES = {
-    "Your queries are not rotated: RoPE turns the queries and the keys, each at its position.":
+    N_("Your queries are not rotated: RoPE turns the queries and the keys, each at its position."):
         _wrong_gqa(rotate=("keys",)),
-    "Your keys are not rotated: RoPE turns the queries and the keys, each at its position.":
+    N_("Your keys are not rotated: RoPE turns the queries and the keys, each at its position."):
         _wrong_gqa(rotate=("queries",)),
-    "Your values are rotated too: RoPE turns the queries and the keys only.":
+    N_("Your values are rotated too: RoPE turns the queries and the keys only."):
         _wrong_gqa(rotate=("queries", "keys", "values")),
-    "Your positions restart at 0 at every step: the new positions follow the len(cache) cached "
-    "ones.": _wrong_gqa(positions="from 0"),
-    "Your positions are counted after appending to the cache: the first new position is "
-    "len(cache) as it was before this step.": _wrong_gqa(positions="after appending"),
-    "Your query heads read the key-value heads tiled (head i reads i % g): each group of h/g "
-    "neighbouring query heads shares one key-value head (head i reads i // (h/g)).":
+    N_("Your positions restart at 0 at every step: the new positions follow the len(cache) cached "
+       "ones."): _wrong_gqa(positions="from 0"),
+    N_("Your positions are counted after appending to the cache: the first new position is "
+       "len(cache) as it was before this step."): _wrong_gqa(positions="after appending"),
+    N_("Your query heads read the key-value heads tiled (head i reads i % g): each group of h/g "
+       "neighbouring query heads shares one key-value head (head i reads i // (h/g))."):
         _wrong_gqa(heads="tile"),
-    "Your new positions see each other in both directions: among the new positions too, the "
-    "i-th sees only those up to itself.": _wrong_gqa(causal="none"),
-    "Your causal lengths forget the cached positions: each new position also sees every "
-    "position cached before this step.":
+    N_("Your new positions see each other in both directions: among the new positions too, the "
+       "i-th sees only those up to itself."): _wrong_gqa(causal="none"),
+    N_("Your causal lengths forget the cached positions: each new position also sees every "
+       "position cached before this step."):
         _wrong_gqa(causal="without the cache"),
-    "Your cache holds the keys before their rotation: cache them rotated, at their positions, "
-    "so that they are never rotated again.": _wrong_gqa(cache_keys="unrotated"),
-    "Your cached keys are rotated again at every step: rotate each key once, at its position, "
-    "when it joins the cache.": _wrong_gqa(cache_keys="rotated again"),
-    "Your scores are divided by sqrt(d_model): each head scales by the square root of its own "
-    "width, d_k.": _wrong_gqa(scale="d_model"),
-    "Your scores are not scaled: each head divides them by the square root of its width d_k.":
+    N_("Your cache holds the keys before their rotation: cache them rotated, at their positions, "
+       "so that they are never rotated again."): _wrong_gqa(cache_keys="unrotated"),
+    N_("Your cached keys are rotated again at every step: rotate each key once, at its position, "
+       "when it joins the cache."): _wrong_gqa(cache_keys="rotated again"),
+    N_("Your scores are divided by sqrt(d_model): each head scales by the square root of its own "
+       "width, d_k."): _wrong_gqa(scale="d_model"),
+    N_("Your scores are not scaled: each head divides them by the square root of its width d_k."):
         _wrong_gqa(scale="none"),
-    "Your scores are divided by sqrt(g * d_k), the width of all the key-value heads: each head "
-    "scales by the square root of its own width, d_k.": _wrong_gqa(scale="g d_k"),
-    "Your queries and keys turn at different positions: both are rotated at the positions of the "
-    "new tokens, len(cache) onwards.": tuple(
+    N_("Your scores are divided by sqrt(g * d_k), the width of all the key-value heads: each head "
+       "scales by the square root of its own width, d_k."): _wrong_gqa(scale="g d_k"),
+    N_("Your queries and keys turn at different positions: both are rotated at the positions of "
+       "the new tokens, len(cache) onwards."): tuple(
         _wrong_gqa(**{which: kind}) for which in ("query_positions", "key_positions")
         for kind in ("from 0", "after appending")),
-    "Your positions are off by one: the new tokens sit at positions len(cache), len(cache) + 1, "
-    "...": tuple(_wrong_gqa(shift=shift) for shift in (1, -1)),
-    "Your causal lengths are off by one: the i-th new position sees the cached positions and the "
-    "new ones up to itself, itself included.": tuple(_wrong_gqa(causal=causal)
-                                                     for causal in ("one more", "one fewer",
-                                                                    "one fewer, -inf")),
-    "Your keys and values trade places: the keys come from W_k (and are rotated), the values "
-    "from W_v.": _wrong_gqa(swapped=True),
-    "Your softmax runs over the queries: each query's weights sum to 1 over the keys it sees.":
+    N_("Your positions are off by one: the new tokens sit at positions len(cache), len(cache) + 1, "
+       "..."): tuple(_wrong_gqa(shift=shift) for shift in (1, -1)),
+    N_("Your causal lengths are off by one: the i-th new position sees the cached positions and "
+       "the new ones up to itself, itself included."): tuple(
+        _wrong_gqa(causal=causal) for causal in ("one more", "one fewer", "one fewer, -inf")),
+    N_("Your keys and values trade places: the keys come from W_k (and are rotated), the values "
+       "from W_v."): _wrong_gqa(swapped=True),
+    N_("Your softmax runs over the queries: each query's weights sum to 1 over the keys it sees."):
         _wrong_gqa(axis=-2),
 }
 
@@ -432,22 +452,23 @@ def check_cached_gqa_self_attention(cls: type, seed: int = 0, hint: int = 1, *,
         return outputs, cache.keys, cache.values
 
     run_check("CachedGQASelfAttention", learner, cases, reference,
-              hints=("Result 0 holds the outputs of all steps side by side, results 1 and 2 the "
-                     "keys and values cached at the end. At which positions are the new queries "
-                     "and keys, which key-value head does query head i read, and which cached "
-                     "positions may the i-th new position see?",
-                     "The new positions start at the number already cached; rotate the queries "
-                     "and keys (not the values) at those positions, append the new keys and "
-                     "values, let each group of h/g query heads read its key-value head, and "
-                     "give the i-th new position all cached positions up to and including its "
-                     "own.",
-                     "offset = len(cache); project Q (B, h, T_new, d_k), K and V (B, g, T_new, d_k); "
-                     "rotate Q and K (not V) with d2lh.apply_rotary at positions offset .. offset + "
-                     "T_new - 1; cache.append(K, V); repeat the cached keys and values for the h/g "
-                     "query heads of each group with repeat_interleave(h // g, dim=1) (query head i "
-                     "reads key-value head i // (h/g)); scale by sqrt(d_k); give the i-th new "
-                     "position the causal length offset + i + 1 (d2lh.causal_valid_lens with "
-                     "offset); merge the heads and apply W_o."),
+              hints=(N_("Result 0 holds the outputs of all steps side by side, results 1 and 2 the "
+                        "keys and values cached at the end. At which positions are the new queries "
+                        "and keys, which key-value head does query head i read, and which cached "
+                        "positions may the i-th new position see?"),
+                     N_("The new positions start at the number already cached; rotate the queries "
+                        "and keys (not the values) at those positions, append the new keys and "
+                        "values, let each group of h/g query heads read its key-value head, and "
+                        "give the i-th new position all cached positions up to and including its "
+                        "own."),
+                     N_("offset = len(cache); project Q (B, h, T_new, d_k), K and V "
+                        "(B, g, T_new, d_k); rotate Q and K (not V) with d2lh.apply_rotary at "
+                        "positions offset .. offset + T_new - 1; cache.append(K, V); repeat the "
+                        "cached keys and values for the h/g query heads of each group with "
+                        "repeat_interleave(h // g, dim=1) (query head i reads key-value head "
+                        "i // (h/g)); scale by sqrt(d_k); give the i-th new position the causal "
+                        "length offset + i + 1 (d2lh.causal_valid_lens with offset); merge the "
+                        "heads and apply W_o.")),
               hint=hint, mistakes=_CACHED_GQA_MISTAKES, verbose=verbose)
 
 
@@ -517,40 +538,42 @@ def _nucleus_of_another_size(result, logits, top_p) -> bool:
 
 
 _TOP_P_PROBS_MISTAKES = {
-    "Your nucleus leaves out the token that crosses top_p: the nucleus includes it (its "
-    "probabilities sum to at least top_p), so the most probable token is always kept.": tuple(
+    N_("Your nucleus leaves out the token that crosses top_p: the nucleus includes it (its "
+       "probabilities sum to at least top_p), so the most probable token is always kept."): tuple(
         partial(_wrong_top_p, keep=keep, renormalise=renormalise)
         for keep in ("mass < top_p", "mass <= top_p", "mass < top_p, the first forced")
         for renormalise in (True, False)),
-    "Your kept probabilities are divided by top_p: divide them by their own sum, so that they "
-    "sum to 1.": partial(_wrong_top_p, divide_by="top_p"),
-    "Your kept probabilities are not renormalised: divide them by their sum, so that they sum "
-    "to 1.": partial(_wrong_top_p, renormalise=False),
-    "Your nucleus keeps the least probable tokens: sort from the most probable down.":
+    N_("Your kept probabilities are divided by top_p: divide them by their own sum, so that they "
+       "sum to 1."): partial(_wrong_top_p, divide_by="top_p"),
+    N_("Your kept probabilities are not renormalised: divide them by their sum, so that they sum "
+       "to 1."): partial(_wrong_top_p, renormalise=False),
+    N_("Your nucleus keeps the least probable tokens: sort from the most probable down."):
         (partial(_wrong_top_p, order="ascending"),
          partial(_wrong_top_p, order="ascending", renormalise=False)),
-    "Your softmax overflows on large logits (exp of a large number is inf, and inf / inf NaN): "
-    "subtract each row's largest logit first, as torch.softmax does.":
+    N_("Your softmax overflows on large logits (exp of a large number is inf, and inf / inf NaN): "
+       "subtract each row's largest logit first, as torch.softmax does."):
         partial(_wrong_top_p, softmax="exp"),
-    "Your probabilities stay in sorted order: put each back at its token's place in the "
-    "vocabulary.": (partial(_wrong_top_p, placed="sorted"),
-                    partial(_wrong_top_p, placed="sorted", renormalise=False)),
-    "Your keep mask is in sorted order but applied to the probabilities in vocabulary order: "
-    "each token's decision must go back to that token's place.": (
+    N_("Your probabilities stay in sorted order: put each back at its token's place in the "
+       "vocabulary."): (partial(_wrong_top_p, placed="sorted"),
+                       partial(_wrong_top_p, placed="sorted", renormalise=False)),
+    N_("Your keep mask is in sorted order but applied to the probabilities in vocabulary order: "
+       "each token's decision must go back to that token's place."): (
         partial(_wrong_top_p, placed="mask not moved"),
         partial(_wrong_top_p, placed="mask not moved", renormalise=False)),
-    "Your nucleus accumulates the logits: the nucleus is the fewest most probable tokens whose "
-    "probabilities sum to top_p.": partial(_wrong_top_p, cumulate="logits"),
-    "Your nucleus takes the tokens in vocabulary order: sort them by probability first, the most "
-    "probable first.": tuple(partial(_wrong_top_p, order="vocabulary", renormalise=renormalise)
-                             for renormalise in (True, False)),
-    "Your softmax runs over the batch: each row's probabilities are over the vocabulary, the "
-    "last axis.": tuple(partial(_wrong_top_p, softmax="over the batch", renormalise=renormalise)
-                        for renormalise in (True, False)),
-    "Your result turns into the right probabilities under a softmax: return the probabilities "
-    "themselves, not logits or log-probabilities.": Symptom(_right_after_a_softmax),
-    "Your nucleus holds the most probable tokens, renormalised, but not the right number of them: "
-    "it is the fewest most probable tokens whose probabilities reach top_p together.":
+    N_("Your nucleus accumulates the logits: the nucleus is the fewest most probable tokens whose "
+       "probabilities sum to top_p."): partial(_wrong_top_p, cumulate="logits"),
+    N_("Your nucleus takes the tokens in vocabulary order: sort them by probability first, the "
+       "most probable first."): tuple(
+        partial(_wrong_top_p, order="vocabulary", renormalise=renormalise)
+        for renormalise in (True, False)),
+    N_("Your softmax runs over the batch: each row's probabilities are over the vocabulary, the "
+       "last axis."): tuple(
+        partial(_wrong_top_p, softmax="over the batch", renormalise=renormalise)
+        for renormalise in (True, False)),
+    N_("Your result turns into the right probabilities under a softmax: return the probabilities "
+       "themselves, not logits or log-probabilities."): Symptom(_right_after_a_softmax),
+    N_("Your nucleus holds the most probable tokens, renormalised, but not the right number of "
+       "them: it is the fewest most probable tokens whose probabilities reach top_p together."):
         Symptom(_nucleus_of_another_size),
 }
 
@@ -563,12 +586,12 @@ def check_top_p_probs(fn: Callable, seed: int = 0, hint: int = 1, *,
     <= 1), renormalised; 0 for every other token. As ``d2lh.next_token_probs(logits,
     top_p=top_p)``."""
     generator = seeded_generator(seed)
-    fixed = [("top_p = 1: every token", (randn(generator, 2, 6), 1.0)),
-             ("a tiny top_p: only the most probable token", (randn(generator, 3, 5), 1e-3)),
-             ("top_p = 0.9", (2 * randn(generator, 2, 8), 0.9)),
-             ("the most probable token alone reaches top_p in row 0",
+    fixed = [(N_("top_p = 1: every token"), (randn(generator, 2, 6), 1.0)),
+             (N_("a tiny top_p: only the most probable token"), (randn(generator, 3, 5), 1e-3)),
+             (N_("top_p = 0.9"), (2 * randn(generator, 2, 8), 0.9)),
+             (N_("the most probable token alone reaches top_p in row 0"),
               (torch.tensor([[5.0, 1.0, 0.0, -1.0], [0.5, 0.4, 0.3, 0.2]]), 0.6)),
-             ("large logits", (500 + 100 * randn(generator, 2, 6), 0.5))]
+             (N_("large logits"), (500 + 100 * randn(generator, 2, 6), 0.5))]
     random = []
     for s in random_sizes(generator, 2, B=(1, 3), V=(3, 12)):
         top_p = round(random_floats(generator, 1, low=0.1, scale=0.85)[0], 2)  # before the logits
@@ -577,19 +600,19 @@ def check_top_p_probs(fn: Callable, seed: int = 0, hint: int = 1, *,
                      lambda logits, top_p: f"logits {tuple(logits.shape)}, top_p={top_p}")
     run_check("top_p_probs", fn, cases,
               reference=lambda logits, top_p: next_token_probs(logits, top_p=top_p),
-              hints=("Sort each row's probabilities from the largest down: which tokens belong to "
-                     "the nucleus, including the one that crosses top_p? Do the kept "
-                     "probabilities sum to 1, and are they back at their tokens' places?",
-                     "From the softmax, sorted from the largest down, keep a token while the "
-                     "probability of the tokens before it is below top_p (the token that crosses "
-                     "it stays); then put the kept set back at its tokens' places and "
-                     "renormalise.",
-                     "probs = torch.softmax(logits, -1); sorted, order = probs.sort(-1, "
-                     "descending=True); keep a sorted token when the probability of the tokens "
-                     "before it, sorted.cumsum(-1) - sorted, is below top_p (so the token that "
-                     "crosses top_p is kept and the most probable one always is); put the keep "
-                     "mask back in vocabulary order (scatter with order), zero the others and "
-                     "divide by the sum of what is kept."),
+              hints=(N_("Sort each row's probabilities from the largest down: which tokens belong "
+                        "to the nucleus, including the one that crosses top_p? Do the kept "
+                        "probabilities sum to 1, and are they back at their tokens' places?"),
+                     N_("From the softmax, sorted from the largest down, keep a token while the "
+                        "probability of the tokens before it is below top_p (the token that "
+                        "crosses it stays); then put the kept set back at its tokens' places and "
+                        "renormalise."),
+                     N_("probs = torch.softmax(logits, -1); sorted, order = probs.sort(-1, "
+                        "descending=True); keep a sorted token when the probability of the tokens "
+                        "before it, sorted.cumsum(-1) - sorted, is below top_p (so the token that "
+                        "crosses top_p is kept and the most probable one always is); put the keep "
+                        "mask back in vocabulary order (scatter with order), zero the others and "
+                        "divide by the sum of what is kept.")),
               hint=hint, mistakes=_TOP_P_PROBS_MISTAKES, verbose=verbose)
 
 

@@ -188,7 +188,7 @@ def _values_brief(array: np.ndarray, width: int) -> str:
             break
         shown.append(text)
         length += len(text) + 2
-    return f"[{', '.join(shown)}, ...] (flattened)"
+    return _("{values} (flattened)").format(values=f"[{', '.join(shown)}, ...]")
 
 
 def _kind(value) -> str:
@@ -217,7 +217,7 @@ def _brief(value, width: int = _VALUES_WIDTH) -> str:
             array = array.numpy()
         kind = _kind(value)
         if array.size == 0:
-            return f"{kind} (empty)"
+            return _("{kind} (empty)").format(kind=kind)
         room = width - len(kind) - 2
         values = _nested(array, room) or (_values_brief(array, room) if room >= 40 else None)
         return kind if values is None else f"{kind}: {values}"
@@ -301,7 +301,7 @@ def _around_worst(value, got, expected, width: int) -> str | None:
         part = (part.float() if part.dtype in (torch.bfloat16, torch.float16) else part).numpy()
         text = _("{kind}, at [{where}]: {values}").format(kind=_kind(value), where=where,
                                                           values=_nested(part, width))
-        if len(text) <= width or shown == 1:
+        if _columns(text) <= width or shown == 1:
             return text
     return None
 
@@ -846,20 +846,28 @@ def _columns(text: str) -> int:
 def _fill_wide(line: str, indent: str) -> str:
     """One line of Chinese (with English words, numbers and code in it) filled to the width of a
     message: a break falls between two characters or at a space, never before closing
-    punctuation, never inside a word."""
-    lines, current, space = [], "", ""
+    punctuation (the character before it goes to the next line with it), never inside a word."""
+    lines, current, space, starts = [], "", "", []  # starts: where each piece of current begins
     for piece in _PIECES.findall(line):
         if piece.isspace():
             space = piece if current.strip() else ""
             if not current:  # the line's own indentation
                 current = piece
             continue
-        if (current.strip() and piece not in _NO_BREAK_BEFORE
-                and _columns(current + space + piece) > _WIDTH):
-            lines.append(current)
-            current, space = indent + piece, ""
-        else:
-            current, space = current + space + piece, ""
+        if current.strip() and _columns(current + space + piece) > _WIDTH:
+            if piece not in _NO_BREAK_BEFORE:
+                lines.append(current)
+                current, space, starts = indent, "", []
+            else:  # the last piece that is no closing punctuation goes down with it
+                carried = len(starts) - 1
+                while carried > 0 and current[starts[carried]:].lstrip()[:1] in _NO_BREAK_BEFORE:
+                    carried -= 1
+                if carried > 0:
+                    lines.append(current[:starts[carried]].rstrip())
+                    current, space = indent + current[starts[carried]:], ""
+                    starts = [len(indent) + s - starts[carried] for s in starts[carried:]]
+        starts.append(len(current + space))
+        current, space = current + space + piece, ""
     lines.append(current)
     return "\n".join(lines)
 
@@ -900,7 +908,7 @@ def _message(diagnosis, head, args, names, expected, got, hints, hint, verbose,
                            " " * _columns(labels["input"])))
         if expected is not None:
             label, got, expected = _differing_part(got, expected, *tolerance)
-            room = _VALUES_WIDTH - len(label)
+            room = _VALUES_WIDTH - _columns(label)
             for what, value in (("expected", expected), ("got", got)):  # where they differ most
                 shown = _around_worst(value, got, expected, room) or _brief(value, room)
                 lines.append(f"{labels[what]}{label}{shown}")
