@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import pathlib
 import re
 
@@ -20,7 +21,9 @@ import nbformat
 import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 
+import d2lhelpers
 import exercise_authoring as authoring
+from d2lhelpers import exercises
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
@@ -97,6 +100,35 @@ def test_committed_copies_are_current():
         text = (EXERCISE_DIR / path.name).read_text(encoding="utf-8")
         assert text == authoring.notebook_text(student_copy(path)), \
             f"exercises/{path.name} is stale: run {COPIES}"
+
+
+def test_committed_chinese_copies_are_current_and_speak_chinese():
+    """The Chinese edition's student copies (exercises/zh-CN/, written from notebooks/zh-CN/ by
+    the same command) are current, open themselves on Colab, and switch the checks to Chinese
+    in their setup cell; a stub's check says so in Chinese."""
+    folder = EXERCISE_DIR / "zh-CN"
+    committed = sorted(path.name for path in folder.glob("*.ipynb"))
+    assert committed == [path.name for path in NOTEBOOKS], (
+        "exercises/zh-CN/ is stale: run python -m exercise_authoring copies "
+        "notebooks/zh-CN/*.ipynb --out exercises/zh-CN/")
+    for path in NOTEBOOKS:
+        chinese = NOTEBOOK_DIR / "zh-CN" / path.name
+        expected = authoring.student_notebook(source_json(chinese),
+                                              colab_url=PROJECT.colab_url(folder / path.name))
+        assert (folder / path.name).read_text(encoding="utf-8") == authoring.notebook_text(
+            expected), f"exercises/zh-CN/{path.name} is stale"
+        setup = next(c for c in expected["cells"] if c["cell_type"] == "code")
+        assert 'd2lhelpers.set_language("zh_CN")' in "".join(setup["source"])
+    def stub(scores):
+        raise NotImplementedError()
+
+    previous = os.environ.get("D2LHELPERS_LANGUAGE")
+    d2lhelpers.set_language("zh_CN")
+    try:
+        with pytest.raises(exercises.ExerciseCheckFailed, match="还没有实现"):
+            exercises.check_sparsemax(stub)
+    finally:
+        d2lhelpers.set_language(previous or "en")
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
