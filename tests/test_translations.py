@@ -497,3 +497,14 @@ def test_the_chinese_readme_leads_to_the_chinese_guide_and_names_what_it_leaves_
         if f"\n## {section}\n" in english:
             assert translation._slug(section) in linked, (
                 f"README.zh-CN.md does not say it leaves out the English README's {section!r}")
+
+
+def test_the_compiled_messages_ship_with_the_package():
+    """pip (and Colab's install from git) copies the .mo into the installed package only if
+    pyproject.toml's package data names it."""
+    import fnmatch
+    import tomllib
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    mo = messages.mo_path(ROOT).relative_to(ROOT / "d2lhelpers").as_posix()
+    assert any(fnmatch.fnmatch(mo, pattern) for pattern in data["package-data"]["d2lhelpers"])
