@@ -43,7 +43,7 @@ def _attention_cases(generator, fixed: list[tuple[str, dict, str | None]], count
             inputs = (randn(generator, s["B"], s["T_q"], s["d_model"]),  # queries
                       randn(generator, s["B"], s["T_k"], s["d_model"]))  # keys
             valid_lens, mask = valid_lens_case(generator, kind, s["B"], s["T_q"], s["T_k"])
-        details = _("{sizes}, {mask}").format(sizes=size_text(s), mask=_(mask))
+        details = _("{sizes}, {mask}").format(sizes=size_text(s), mask=mask)
         cases.append((case_label(what, details), (mha, *inputs, valid_lens)))
     return cases
 
