@@ -11,7 +11,7 @@ import torch
 
 from .cases import labelled, randint, randn, random_choice, random_floats, random_sizes, \
     seeded_generator
-from .runner import Symptom, exercise_check, run_check
+from .runner import N_, Symptom, _, exercise_check, run_check
 
 __all__ = ['check_sliding_window_weights', 'check_sparsemax']
 
@@ -71,30 +71,31 @@ def _nan_where_nothing_is_seen(result, scores, window, valid_lens) -> bool:
 
 
 _SLIDING_WINDOW_MISTAKES = {
-    "Your queries see window + 1 keys: query i sees keys i - window + 1 .. i, window of them, "
-    "itself included.": partial(_wrong_sliding_window, band="one too wide"),
-    "Your queries see window - 1 keys: query i sees keys i - window + 1 .. i, window of them, "
-    "itself included.": partial(_wrong_sliding_window, band="one too narrow"),
-    "Your queries do not see themselves: query i sees keys i - window + 1 .. i, itself included.":
-        partial(_wrong_sliding_window, band="not itself"),
-    "Your queries see keys after themselves: in causal attention query i sees no key j > i.":
+    N_("Your queries see window + 1 keys: query i sees keys i - window + 1 .. i, window of them, "
+       "itself included."): partial(_wrong_sliding_window, band="one too wide"),
+    N_("Your queries see window - 1 keys: query i sees keys i - window + 1 .. i, window of them, "
+       "itself included."): partial(_wrong_sliding_window, band="one too narrow"),
+    N_("Your queries do not see themselves: query i sees keys i - window + 1 .. i, itself "
+       "included."): partial(_wrong_sliding_window, band="not itself"),
+    N_("Your queries see keys after themselves: in causal attention query i sees no key j > i."):
         partial(_wrong_sliding_window, band="both sides"),
-    "Your queries see every earlier key: the window limits them to the last window keys, "
-    "i - window + 1 .. i.": partial(_wrong_sliding_window, band="no window"),
-    "Your window stays at the start of the sequence: it slides with the query, keys "
-    "i - window + 1 .. i.": partial(_wrong_sliding_window, band="from the start"),
-    "Your weights ignore valid_lens: keys at or beyond a valid length are padding and get weight "
-    "0.": partial(_wrong_sliding_window, lens="ignored"),
-    "Your valid lengths hide queries, not keys: a valid length says how many keys a query may "
-    "see, counted from key 0.": partial(_wrong_sliding_window, lens="queries"),
-    "Your weights hold NaN where a query sees no key (softmax of a row of -inf): such a row must "
-    "be all 0.": (partial(_wrong_sliding_window, fill="-inf"), Symptom(_nan_where_nothing_is_seen)),
-    "Your weights spread a query that sees no key evenly over all keys (a finite fill, and no "
-    "zeros after the softmax): such a row must be all 0.": partial(_wrong_sliding_window,
-                                                                  fill="finite"),
-    "Each column of your weights sums to 1, over the queries: each query's weights must sum to 1 "
-    "over the keys it sees.": (partial(_wrong_sliding_window, axis=-2),
-                               Symptom(lambda result, *args: _columns_sum_to_one(result))),
+    N_("Your queries see every earlier key: the window limits them to the last window keys, "
+       "i - window + 1 .. i."): partial(_wrong_sliding_window, band="no window"),
+    N_("Your window stays at the start of the sequence: it slides with the query, keys "
+       "i - window + 1 .. i."): partial(_wrong_sliding_window, band="from the start"),
+    N_("Your weights ignore valid_lens: keys at or beyond a valid length are padding and get "
+       "weight 0."): partial(_wrong_sliding_window, lens="ignored"),
+    N_("Your valid lengths hide queries, not keys: a valid length says how many keys a query may "
+       "see, counted from key 0."): partial(_wrong_sliding_window, lens="queries"),
+    N_("Your weights hold NaN where a query sees no key (softmax of a row of -inf): such a row "
+       "must be all 0."): (partial(_wrong_sliding_window, fill="-inf"),
+                           Symptom(_nan_where_nothing_is_seen)),
+    N_("Your weights spread a query that sees no key evenly over all keys (a finite fill, and no "
+       "zeros after the softmax): such a row must be all 0."): partial(_wrong_sliding_window,
+                                                                      fill="finite"),
+    N_("Each column of your weights sums to 1, over the queries: each query's weights must sum to "
+       "1 over the keys it sees."): (partial(_wrong_sliding_window, axis=-2),
+                                     Symptom(lambda result, *args: _columns_sum_to_one(result))),
 }
 
 
@@ -106,12 +107,12 @@ def check_sliding_window_weights(fn: Callable, seed: int = 0, hint: int = 1, *,
     (valid_lens None, (B,) or (B, T)); softmax over the keys it sees, 0 elsewhere, and a row of 0
     where it sees none."""
     generator = seeded_generator(seed)
-    fixed = [("padding: queries beyond a length see no key", 2, 6, 3, [6, 2]),
-             ("no valid_lens", 2, 5, 2, None),
-             ("a window as long as the sequence: the causal mask", 1, 5, 5, None),
-             ("window 1: a query sees itself only", 2, 4, 1, [4, 3]),
-             ("one valid length per query, some 0", 2, 5, 3, "per query"),
-             ("a window longer than the sequence, float64", 2, 4, 10, [3, 4])]
+    fixed = [(N_("padding: queries beyond a length see no key"), 2, 6, 3, [6, 2]),
+             (N_("no valid_lens"), 2, 5, 2, None),
+             (N_("a window as long as the sequence: the causal mask"), 1, 5, 5, None),
+             (N_("window 1: a query sees itself only"), 2, 4, 1, [4, 3]),
+             (N_("one valid length per query, some 0"), 2, 5, 3, "per query"),
+             (N_("a window longer than the sequence, float64"), 2, 4, 10, [3, 4])]
     random = [(s, random_choice(generator, (None, "per sequence", "per query")))
               for s in random_sizes(generator, 2, B=(1, 3), T=(1, 7), window=(1, 8))]
     fixed += [("", s["B"], s["T"], s["window"], kind) for s, kind in random]
@@ -126,22 +127,25 @@ def check_sliding_window_weights(fn: Callable, seed: int = 0, hint: int = 1, *,
         elif lens is not None:
             lens = torch.tensor(lens)
         entries.append((what, (scores, window, lens)))
-    cases = labelled(entries, lambda scores, window, lens: (
-        f"scores {tuple(scores.shape)}, window {window}, "
-        + ("no valid_lens" if lens is None else f"valid_lens {tuple(lens.shape)}")))
+    cases = labelled(entries, lambda scores, window, lens: _(
+        "scores {scores}, window {window}, {lengths}").format(
+            scores=tuple(scores.shape), window=window,
+            lengths=_("no valid_lens") if lens is None
+            else _("valid_lens {shape}").format(shape=tuple(lens.shape))))
 
     run_check("sliding_window_weights", fn, cases, _wrong_sliding_window,  # at its right values
               mistakes=_SLIDING_WINDOW_MISTAKES, verbose=verbose,
-              hints=("Draw the mask of one sequence on paper first, for T = 5 and window 2: which "
-                     "keys does query 0 see, and query 4? Then add the padding. What must a row "
-                     "that sees no key give?",
-                     "For T = 5 and window 2 the mask is 1 where i - 2 < j <= i: query 0 sees key "
-                     "0, query 4 keys 3 and 4; then also j < the valid length. Softmax over the "
-                     "keys a query sees, and a row that sees none is all 0, not uniform.",
-                     "mask[b, i, j] = (j <= i) & (j > i - window) & (j < length), the length of "
-                     "sequence b (valid_lens (B,)) or of its query i (valid_lens (B, T)); fill the "
-                     "masked scores with torch.finfo(scores.dtype).min, take the softmax over the "
-                     "last axis, then set the masked weights to exactly 0."),
+              hints=(N_("Draw the mask of one sequence on paper first, for T = 5 and window 2: "
+                        "which keys does query 0 see, and query 4? Then add the padding. What "
+                        "must a row that sees no key give?"),
+                     N_("For T = 5 and window 2 the mask is 1 where i - 2 < j <= i: query 0 sees "
+                        "key 0, query 4 keys 3 and 4; then also j < the valid length. Softmax "
+                        "over the keys a query sees, and a row that sees none is all 0, not "
+                        "uniform."),
+                     N_("mask[b, i, j] = (j <= i) & (j > i - window) & (j < length), the length "
+                        "of sequence b (valid_lens (B,)) or of its query i (valid_lens (B, T)); "
+                        "fill the masked scores with torch.finfo(scores.dtype).min, take the "
+                        "softmax over the last axis, then set the masked weights to exactly 0.")),
               hint=hint)
 
 
@@ -179,25 +183,26 @@ def _wrong_sparsemax(scores, order="descending", ks="from 1", support="k(z)", cl
 
 
 _SPARSEMAX_MISTAKES = {
-    "Your weights are a softmax: sparsemax gives exact zeros to the keys far below the best.":
+    N_("Your weights are a softmax: sparsemax gives exact zeros to the keys far below the best."):
         partial(_wrong_sparsemax, normalise="softmax"),
-    "Your weights are ReLU / sum of section 7: sparsemax subtracts a threshold tau from the scores "
-    "before clipping at 0.": partial(_wrong_sparsemax, normalise="ReLU / sum"),
-    "Your scores are not sorted: k(z) and tau come from the scores in decreasing order.":
+    N_("Your weights are ReLU / sum of section 7: sparsemax subtracts a threshold tau from the "
+       "scores before clipping at 0."): partial(_wrong_sparsemax, normalise="ReLU / sum"),
+    N_("Your scores are not sorted: k(z) and tau come from the scores in decreasing order."):
         partial(_wrong_sparsemax, order="unsorted"),
-    "Your tau adds up one sorted score too many: the sum runs over the k(z) largest scores, whose "
-    "last sits at index k(z) - 1.": partial(_wrong_sparsemax, ks="index"),
-    "Your tau averages all the scores (as it does when they are sorted in increasing order): it "
-    "averages the k(z) largest only, the support, found with the scores in decreasing order.": (
-        partial(_wrong_sparsemax, support="all"), partial(_wrong_sparsemax, order="ascending")),
-    "Your tau lacks its - 1: (z_(1) + ... + z_(k) - 1) / k; without it the weights sum to 0, "
-    "not 1.": partial(_wrong_sparsemax, minus_one=False),
-    "Your weights come in sorted order: subtract tau from the scores as they were given, so that "
-    "each key keeps its place.": partial(_wrong_sparsemax, returned="sorted"),
-    "Your weights go negative: sparsemax clips z - tau at 0 (the weights are max(z - tau, 0)).":
-        partial(_wrong_sparsemax, clip=False),
-    "Your weights are normalised over another axis than the last: each query's weights sum to 1 "
-    "over the keys.": partial(_wrong_sparsemax, axis=-2),
+    N_("Your tau adds up one sorted score too many: the sum runs over the k(z) largest scores, "
+       "whose last sits at index k(z) - 1."): partial(_wrong_sparsemax, ks="index"),
+    N_("Your tau averages all the scores (as it does when they are sorted in increasing order): "
+       "it averages the k(z) largest only, the support, found with the scores in decreasing "
+       "order."): (partial(_wrong_sparsemax, support="all"),
+                   partial(_wrong_sparsemax, order="ascending")),
+    N_("Your tau lacks its - 1: (z_(1) + ... + z_(k) - 1) / k; without it the weights sum to 0, "
+       "not 1."): partial(_wrong_sparsemax, minus_one=False),
+    N_("Your weights come in sorted order: subtract tau from the scores as they were given, so "
+       "that each key keeps its place."): partial(_wrong_sparsemax, returned="sorted"),
+    N_("Your weights go negative: sparsemax clips z - tau at 0 (the weights are max(z - tau, "
+       "0))."): partial(_wrong_sparsemax, clip=False),
+    N_("Your weights are normalised over another axis than the last: each query's weights sum to "
+       "1 over the keys."): partial(_wrong_sparsemax, axis=-2),
 }
 
 
@@ -212,30 +217,33 @@ def check_sparsemax(fn: Callable, seed: int = 0, hint: int = 1, *, verbose: bool
         return scale * randn(generator, *shape, dtype=dtype)
 
     entries = [("", draw(2, 3, 5)),
-               ("one score far above the others: one-hot", torch.tensor([[[0.0, 5.0, 1.0, -2.0]]])),
-               ("equal scores: uniform", torch.zeros(1, 2, 4)),
-               ("two tied at the top", torch.tensor([[[3.0, 0.0, 3.0, -1.0, 1.0]]])),
-               ("a single key", draw(2, 3, 1)),
-               ("scores shifted by 10: the same weights", draw(2, 2, 6) + 10),
-               ("heads on an axis of their own, float64", draw(2, 2, 3, 6, dtype=torch.float64))]
+               (N_("one score far above the others: one-hot"),
+                torch.tensor([[[0.0, 5.0, 1.0, -2.0]]])),
+               (N_("equal scores: uniform"), torch.zeros(1, 2, 4)),
+               (N_("two tied at the top"), torch.tensor([[[3.0, 0.0, 3.0, -1.0, 1.0]]])),
+               (N_("a single key"), draw(2, 3, 1)),
+               (N_("scores shifted by 10: the same weights"), draw(2, 2, 6) + 10),
+               (N_("heads on an axis of their own, float64"),
+                draw(2, 2, 3, 6, dtype=torch.float64))]
     scales = random_floats(generator, 2, low=0.2, scale=3)
     entries += [("", draw(s["B"], s["T_q"], s["T_k"], scale=c)) for s, c in
                 zip(random_sizes(generator, 2, B=(1, 3), T_q=(1, 4), T_k=(2, 8)), scales)]
     cases = labelled([(what, (scores,)) for what, scores in entries],
-                     lambda scores: f"scores {tuple(scores.shape)}")
+                     lambda scores: _("scores {shape}").format(shape=tuple(scores.shape)))
 
     run_check("sparsemax", fn, cases, _wrong_sparsemax,  # every argument at its right value
               mistakes=_SPARSEMAX_MISTAKES, verbose=verbose,
-              hints=("Work one row by hand first, e.g. scores [3, 0, 3, -1, 1]: sort them, find "
-                     "k(z), then tau. Which scores does tau average?",
-                     "Sort in decreasing order, z_(1) >= z_(2) >= ...; the condition 1 + k z_(k) > "
-                     "z_(1) + ... + z_(k) holds for k = 1, 2, ... up to k(z) and not after, so "
-                     "k(z) is a count (cumsum gives the sums); tau subtracts 1 from the sum of "
-                     "the k(z) largest before dividing; the weights keep the scores' order.",
-                     "z = scores.sort(dim=-1, descending=True).values; k = 1, ..., T as a tensor; "
-                     "k(z) = (1 + k * z > z.cumsum(-1)).sum(-1, keepdim=True) (the condition "
-                     "holds for a prefix); tau = (z.cumsum(-1).gather(-1, k(z) - 1) - 1) / k(z); "
-                     "return (scores - tau).clamp(min=0)."),
+              hints=(N_("Work one row by hand first, e.g. scores [3, 0, 3, -1, 1]: sort them, "
+                        "find k(z), then tau. Which scores does tau average?"),
+                     N_("Sort in decreasing order, z_(1) >= z_(2) >= ...; the condition 1 + k "
+                        "z_(k) > z_(1) + ... + z_(k) holds for k = 1, 2, ... up to k(z) and not "
+                        "after, so k(z) is a count (cumsum gives the sums); tau subtracts 1 from "
+                        "the sum of the k(z) largest before dividing; the weights keep the "
+                        "scores' order."),
+                     N_("z = scores.sort(dim=-1, descending=True).values; k = 1, ..., T as a "
+                        "tensor; k(z) = (1 + k * z > z.cumsum(-1)).sum(-1, keepdim=True) (the "
+                        "condition holds for a prefix); tau = (z.cumsum(-1).gather(-1, k(z) - 1) "
+                        "- 1) / k(z); return (scores - tau).clamp(min=0).")),
               hint=hint)
 
 

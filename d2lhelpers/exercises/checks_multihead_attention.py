@@ -15,7 +15,7 @@ from ..attention import MultiHeadAttention, masked_softmax, sequence_mask, valid
 from .cases import (MASK_KINDS, case_label, load_linear_weights, mask_inverted, randn,
                     random_choice, random_head_sizes, seeded_generator, seeded_module, size_text,
                     valid_lens_case)
-from .runner import Symptom, exercise_check, run_check
+from .runner import N_, Symptom, _, exercise_check, run_check
 
 __all__ = ['check_per_head_weights', 'check_to_torch_multihead', 'check_packed_self_attention']
 
@@ -43,7 +43,8 @@ def _attention_cases(generator, fixed: list[tuple[str, dict, str | None]], count
             inputs = (randn(generator, s["B"], s["T_q"], s["d_model"]),  # queries
                       randn(generator, s["B"], s["T_k"], s["d_model"]))  # keys
             valid_lens, mask = valid_lens_case(generator, kind, s["B"], s["T_q"], s["T_k"])
-        cases.append((case_label(what, f"{size_text(s)}, {mask}"), (mha, *inputs, valid_lens)))
+        details = _("{sizes}, {mask}").format(sizes=size_text(s), mask=mask)
+        cases.append((case_label(what, details), (mha, *inputs, valid_lens)))
     return cases
 
 
@@ -233,13 +234,13 @@ def _inverted_mask(result, *args) -> bool:
 def _sums_over_another_axis(result, *args) -> bool:
     """Whether the weights sum to 1 (or 0: a row with nothing to see) along another axis than the
     keys (the queries, the heads or the batch), and not along the keys."""
-    weights, _ = _weights_and_lens(result, *args)
+    weights, _lens = _weights_and_lens(result, *args)
     if weights.dim() != 4 or not bool(torch.isfinite(weights).all()):
         return False
     over_keys = weights.sum(-1)
     if bool((((over_keys - 1).abs() < 1e-4) | (over_keys.abs() < 1e-6)).all()):
         return False
-    scores, d_k, valid_lens, _ = _heads(result, *args)
+    scores, d_k, valid_lens, _weights = _heads(result, *args)
     right = _head_weights_of(scores / math.sqrt(d_k), valid_lens)
     if right.shape == weights.mT.shape and torch.allclose(weights, right.mT, atol=1e-5):
         return False  # the right weights, kept transposed
@@ -255,64 +256,65 @@ def _per_head_mistakes(wrong: Callable, module: bool = False) -> dict:
     """The mistakes shared by the exercises that compute every head's weights, ``wrong`` making
     them; ``module``: the exercise keeps the weights beside its output."""
     return {
-        "Your heads are split without moving the head axis next to the batch: a plain reshape "
-        "to (B, h, T, d_k) mixes the positions into the heads.":
+        N_("Your heads are split without moving the head axis next to the batch: a plain reshape "
+           "to (B, h, T, d_k) mixes the positions into the heads."):
             partial(wrong, split="no transpose"),
-        "Your head i takes every h-th feature: head i owns a block of d_k neighbouring features, "
-        "i*d_k .. (i+1)*d_k - 1.": partial(wrong, split="strided"),
-        "Your scores are divided by sqrt(d_model): each head scales by the square root of its own "
-        "width, d_k = d_model / h.": partial(wrong, scale="d_model"),
-        "Your scores are not scaled: each head divides them by the square root of its width d_k.":
-            partial(wrong, scale="none"),
-        "Your heads use the lengths of other sequences: which sequence does each row of the "
-        "heads folded into the batch belong to?": (partial(wrong, lens="repeat"),
-                                                   Symptom(_other_lengths)),
-        "Your lengths are not repeated for the h heads folded into the batch: masked_softmax "
-        "gets the B lengths of the sequences for B * h rows.": Symptom(_lengths_not_repeated),
-        "Your lengths work for one length per sequence (B,) only: valid_lens may also hold one "
-        "length per query, (B, T_q).": Symptom(_per_sequence_lengths_only),
-        "Your weights ignore valid_lens: the padded keys must get weight 0.": (
+        N_("Your head i takes every h-th feature: head i owns a block of d_k neighbouring "
+           "features, i*d_k .. (i+1)*d_k - 1."): partial(wrong, split="strided"),
+        N_("Your scores are divided by sqrt(d_model): each head scales by the square root of its "
+           "own width, d_k = d_model / h."): partial(wrong, scale="d_model"),
+        N_("Your scores are not scaled: each head divides them by the square root of its width "
+           "d_k."): partial(wrong, scale="none"),
+        N_("Your heads use the lengths of other sequences: which sequence does each row of the "
+           "heads folded into the batch belong to?"): (partial(wrong, lens="repeat"),
+                                                       Symptom(_other_lengths)),
+        N_("Your lengths are not repeated for the h heads folded into the batch: masked_softmax "
+           "gets the B lengths of the sequences for B * h rows."): Symptom(_lengths_not_repeated),
+        N_("Your lengths work for one length per sequence (B,) only: valid_lens may also hold one "
+           "length per query, (B, T_q)."): Symptom(_per_sequence_lengths_only),
+        N_("Your weights ignore valid_lens: the padded keys must get weight 0."): (
             partial(wrong, lens="ignore"), *((partial(wrong, keep="unmasked"),) if module
                                              else ())),
-        "Your weights are zeroed on the padding after the softmax, without renormalising: they "
-        "no longer sum to 1 (mask the scores before the softmax).": partial(wrong, fill="after"),
-        "Your weights hold NaN for a sequence with no valid key (softmax of a row of -inf): such "
-        "a row must be all 0, as d2lh.masked_softmax gives.": (partial(wrong, fill="-inf"),
-                                                              Symptom(_nan_rows)),
-        "Your weights spread a sequence with no valid key evenly over its keys (a finite fill "
-        "such as -1e9): such a row must be all 0, as d2lh.masked_softmax gives.":
+        N_("Your weights are zeroed on the padding after the softmax, without renormalising: they "
+           "no longer sum to 1 (mask the scores before the softmax)."): partial(wrong,
+                                                                                fill="after"),
+        N_("Your weights hold NaN for a sequence with no valid key (softmax of a row of -inf): "
+           "such a row must be all 0, as d2lh.masked_softmax gives."): (
+            partial(wrong, fill="-inf"), Symptom(_nan_rows)),
+        N_("Your weights spread a sequence with no valid key evenly over its keys (a finite fill "
+           "such as -1e9): such a row must be all 0, as d2lh.masked_softmax gives."):
             partial(wrong, fill="finite"),
-        "Each column of your weights sums to 1, over the queries: each query's weights must sum "
-        "to 1 over the keys.": tuple(partial(wrong, axis=-2, fill=fill, lens=lens)
-                                     for lens in ("interleave", "ignore")
-                                     for fill in ("zero", "-inf")),
-        "Your scores are divided by another number than sqrt(d_k), the square root of each "
-        "head's width.": Symptom(_scaled_otherwise),
+        N_("Each column of your weights sums to 1, over the queries: each query's weights must "
+           "sum to 1 over the keys."): tuple(partial(wrong, axis=-2, fill=fill, lens=lens)
+                                             for lens in ("interleave", "ignore")
+                                             for fill in ("zero", "-inf")),
+        N_("Your scores are divided by another number than sqrt(d_k), the square root of each "
+           "head's width."): Symptom(_scaled_otherwise),
         **({} if module else {  # (in self-attention, the same as keys and queries swapped)
-            "Your scores compare each key with the queries (keys times queries transposed): row "
-            "i of a head's scores holds query i's dot products with the keys.":
+            N_("Your scores compare each key with the queries (keys times queries transposed): "
+               "row i of a head's scores holds query i's dot products with the keys."):
                 tuple(partial(wrong, operands="keys, queries", fill=fill)
                       for fill in ("zero", "-inf"))}),
-        "Your mask is inverted: the weights go to the padded keys and none to the valid ones.":
+        N_("Your mask is inverted: the weights go to the padded keys and none to the valid ones."):
             Symptom(_inverted_mask),
-        "Your mask is off by one: a query sees exactly the first valid_len keys, positions 0 .. "
-        "valid_len - 1.": tuple(partial(wrong, shift=shift, fill=fill) for shift in (1, -1)
-                                for fill in ("zero", "-inf")),
-        "Your weights sum to 1 over another axis than the keys (the queries, the heads or the "
-        "batch): each query's weights must sum to 1 over the keys.":
+        N_("Your mask is off by one: a query sees exactly the first valid_len keys, positions "
+           "0 .. valid_len - 1."): tuple(partial(wrong, shift=shift, fill=fill)
+                                         for shift in (1, -1) for fill in ("zero", "-inf")),
+        N_("Your weights sum to 1 over another axis than the keys (the queries, the heads or the "
+           "batch): each query's weights must sum to 1 over the keys."):
             Symptom(_sums_over_another_axis),
     }
 
 
 _PER_HEAD_WEIGHTS_MISTAKES = {
     **_per_head_mistakes(_wrong_per_head_weights),
-    "Your keys are projected with W_q: the queries use mha.W_q, the keys mha.W_k.":
+    N_("Your keys are projected with W_q: the queries use mha.W_q, the keys mha.W_k."):
         partial(_wrong_per_head_weights, project="same"),
-    "Your projections multiply by the weight matrices untransposed: nn.Linear computes x times "
-    "the transpose of its weight (call the layer, or transpose the weight).":
+    N_("Your projections multiply by the weight matrices untransposed: nn.Linear computes x times "
+       "the transpose of its weight (call the layer, or transpose the weight)."):
         partial(_wrong_per_head_weights, project="untransposed"),
-    "Your heads come back in the wrong order: the rows you fold as (batch, head) must unfold the "
-    "same way, (B, h, ...).": partial(_wrong_per_head_weights, unfold="heads first"),
+    N_("Your heads come back in the wrong order: the rows you fold as (batch, head) must unfold "
+       "the same way, (B, h, ...)."): partial(_wrong_per_head_weights, unfold="heads first"),
 }
 
 
@@ -325,7 +327,7 @@ def check_per_head_weights(fn: Callable, seed: int = 0, hint: int = 1, *,
     generator = seeded_generator(seed)
     fixed = [("", dict(d_model=8, h=2, B=2, T_q=3, T_k=4), None),
              ("", dict(d_model=12, h=3, B=2, T_q=4, T_k=5), "per sequence"),
-             ("a single query", dict(d_model=8, h=4, B=3, T_q=1, T_k=6), "per sequence"),
+             (N_("a single query"), dict(d_model=8, h=4, B=3, T_q=1, T_k=6), "per sequence"),
              ("", dict(d_model=6, h=2, B=2, T_q=4, T_k=4), "per query"),
              ("", dict(d_model=8, h=2, B=2, T_q=2, T_k=3), "zero")]
     cases = _attention_cases(generator, fixed, count=2)
@@ -336,16 +338,17 @@ def check_per_head_weights(fn: Callable, seed: int = 0, hint: int = 1, *,
         return mha.attention_weights
 
     run_check("per_head_weights", fn, cases, reference,
-              hints=("Each head works on its own slice of the projected features: which width "
-                     "scales its scores, and which valid lengths belong to each head?",
-                     "Project, split the last axis into h heads of width d_k = d_model / h with "
-                     "the heads next to the batch, scale by sqrt(d_k), and give every head of a "
-                     "sequence that sequence's valid lengths; a row with no valid key stays 0.",
-                     "project with mha.W_q and mha.W_k, split the features into h heads of width "
-                     "d_k = d_model / h (reshape to (B, T, h, d_k), then move the head axis next "
-                     "to the batch), divide the scores by sqrt(d_k) (not sqrt(d_model)), give "
-                     "every head of sequence b the lengths of b, and use d2lh.masked_softmax, "
-                     "which keeps a row with no valid key at zero."),
+              hints=(N_("Each head works on its own slice of the projected features: which "
+                        "width scales its scores, and which valid lengths belong to each head?"),
+                     N_("Project, split the last axis into h heads of width d_k = d_model / h "
+                        "with the heads next to the batch, scale by sqrt(d_k), and give every "
+                        "head of a sequence that sequence's valid lengths; a row with no valid "
+                        "key stays 0."),
+                     N_("project with mha.W_q and mha.W_k, split the features into h heads of "
+                        "width d_k = d_model / h (reshape to (B, T, h, d_k), then move the head "
+                        "axis next to the batch), divide the scores by sqrt(d_k) (not "
+                        "sqrt(d_model)), give every head of sequence b the lengths of b, and use "
+                        "d2lh.masked_softmax, which keeps a row with no valid key at zero.")),
               hint=hint, mistakes=_PER_HEAD_WEIGHTS_MISTAKES, verbose=verbose)
 
 
@@ -397,35 +400,35 @@ def _stacked_wrongly(layer, mha, *inputs) -> bool:
 
 
 _TO_TORCH_MULTIHEAD_MISTAKES = {
-    "Your in_proj_weight does not have the shape (3 d_model, d_model): PyTorch stacks the three "
-    "projections' weights one below the other.": Symptom(_stacked_wrongly),
-    "Your layer has another number of heads than mha: the same weights split into another "
-    "number of heads compute another function.":
+    N_("Your in_proj_weight does not have the shape (3 d_model, d_model): PyTorch stacks the three "
+       "projections' weights one below the other."): Symptom(_stacked_wrongly),
+    N_("Your layer has another number of heads than mha: the same weights split into another "
+       "number of heads compute another function."):
         Symptom(lambda layer, mha, *inputs: layer.num_heads != mha.num_heads),
-    "Your layer has no batch_first=True: it reads the inputs (B, T, d_model) as (T, B, d_model).":
-        partial(_wrong_torch_multihead, batch_first=False),
-    "Your layer stacks the input projections in another order: PyTorch's in_proj_weight holds the "
-    "queries' rows first, then the keys', then the values'.": tuple(
+    N_("Your layer has no batch_first=True: it reads the inputs (B, T, d_model) as (T, B, "
+       "d_model)."): partial(_wrong_torch_multihead, batch_first=False),
+    N_("Your layer stacks the input projections in another order: PyTorch's in_proj_weight holds "
+       "the queries' rows first, then the keys', then the values'."): tuple(
         partial(_wrong_torch_multihead, order=order)
         for order in itertools.permutations(("W_q", "W_k", "W_v"))
         if order != ("W_q", "W_k", "W_v")),
-    "Your in_proj_bias stacks the biases in another order than the weights: the queries', then "
-    "the keys', then the values'.": tuple(
+    N_("Your in_proj_bias stacks the biases in another order than the weights: the queries', then "
+       "the keys', then the values'."): tuple(
         partial(_wrong_torch_multihead, bias_order=order)
         for order in itertools.permutations(("W_q", "W_k", "W_v"))
         if order != ("W_q", "W_k", "W_v")),
-    "Your layer's biases are not copied (they stay 0): mha's biases go into in_proj_bias and "
-    "out_proj.bias.": partial(_wrong_torch_multihead, biases=()),
-    "Your layer's output bias is not copied: W_o's bias goes into out_proj.bias.":
+    N_("Your layer's biases are not copied (they stay 0): mha's biases go into in_proj_bias and "
+       "out_proj.bias."): partial(_wrong_torch_multihead, biases=()),
+    N_("Your layer's output bias is not copied: W_o's bias goes into out_proj.bias."):
         partial(_wrong_torch_multihead, biases=("in",)),
-    "Your layer's input biases are not copied: the biases of W_q, W_k and W_v go into "
-    "in_proj_bias, in that order.": partial(_wrong_torch_multihead, biases=("out",)),
-    "Your weights are transposed: PyTorch's layers keep them as (out_features, in_features), "
-    "as nn.Linear does.": tuple(partial(_wrong_torch_multihead, transpose=transpose)
-                                for transpose in (True, "in", "out")),
-    "Your layer's input projection is not copied: in_proj_weight must hold mha's W_q, W_k and "
-    "W_v.": _repaired("in"),
-    "Your layer's output projection is not copied: out_proj.weight must hold mha's W_o.":
+    N_("Your layer's input biases are not copied: the biases of W_q, W_k and W_v go into "
+       "in_proj_bias, in that order."): partial(_wrong_torch_multihead, biases=("out",)),
+    N_("Your weights are transposed: PyTorch's layers keep them as (out_features, in_features), "
+       "as nn.Linear does."): tuple(partial(_wrong_torch_multihead, transpose=transpose)
+                                    for transpose in (True, "in", "out")),
+    N_("Your layer's input projection is not copied: in_proj_weight must hold mha's W_q, W_k and "
+       "W_v."): _repaired("in"),
+    N_("Your layer's output projection is not copied: out_proj.weight must hold mha's W_o."):
         _repaired("out"),
 }
 
@@ -437,18 +440,20 @@ def check_to_torch_multihead(fn: Callable, seed: int = 0, hint: int = 1, *,
     d2lh.MultiHeadAttention ``mha``, biases included when ``mha`` has them."""
     generator = seeded_generator(seed)
     fixed = [("", dict(d_model=8, h=2, B=2, T_q=3, T_k=4), None),
-             ("a single head", dict(d_model=6, h=1, B=3, T_q=2, T_k=5), None),
-             ("a single key", dict(d_model=12, h=3, B=1, T_q=4, T_k=1), None)]
+             (N_("a single head"), dict(d_model=6, h=1, B=3, T_q=2, T_k=5), None),
+             (N_("a single key"), dict(d_model=12, h=3, B=1, T_q=4, T_k=1), None)]
     cases = []
     for bias in (True, False):
         for what, args in _attention_cases(generator, fixed, 1, kinds=(None,), bias=bias):
-            mha, queries, keys, _ = args
+            mha, queries, keys, _lens = args
             values = keys.flip(1)  # values that differ from the keys
-            cases.append((f"bias={bias}, {what}", (mha, queries, keys, values)))
+            cases.append((_("bias={bias}, {case}").format(bias=bias, case=what),
+                          (mha, queries, keys, values)))
 
     def outputs(layer, mha, queries, keys, values):  # what the layer computes on the inputs
         if not isinstance(layer, torch.nn.MultiheadAttention):
-            raise TypeError(f"expected a torch.nn.MultiheadAttention, got {type(layer).__name__}")
+            raise TypeError(_("expected a torch.nn.MultiheadAttention, got {kind}").format(
+                kind=type(layer).__name__))
         with torch.no_grad():
             return layer.eval()(queries, keys, values, need_weights=False)[0]
 
@@ -456,17 +461,17 @@ def check_to_torch_multihead(fn: Callable, seed: int = 0, hint: int = 1, *,
         return mha.to_torch()
 
     run_check("to_torch_multihead", lambda mha, queries, keys, values: fn(mha), cases, reference,
-              compare_through=("applied to the queries, keys and values", outputs),
-              hints=("PyTorch keeps the three input projections in one stacked matrix: in which "
-                     "order? And where do the biases go?",
-                     "nn.MultiheadAttention stacks W_q, W_k and W_v (in that order) in "
-                     "in_proj_weight and their biases in in_proj_bias; W_o is out_proj. Build it "
-                     "with batch_first=True and the same bias setting, then copy the weights "
-                     "without gradients.",
-                     "nn.MultiheadAttention(d_model, h, bias=..., batch_first=True); copy "
-                     "torch.cat([W_q, W_k, W_v] weights) into in_proj_weight (in that order), "
-                     "W_o's weight into out_proj.weight, and when mha has biases, the three "
-                     "biases into in_proj_bias and W_o's into out_proj.bias."),
+              compare_through=(N_("applied to the queries, keys and values"), outputs),
+              hints=(N_("PyTorch keeps the three input projections in one stacked matrix: in "
+                        "which order? And where do the biases go?"),
+                     N_("nn.MultiheadAttention stacks W_q, W_k and W_v (in that order) in "
+                        "in_proj_weight and their biases in in_proj_bias; W_o is out_proj. Build "
+                        "it with batch_first=True and the same bias setting, then copy the "
+                        "weights without gradients."),
+                     N_("nn.MultiheadAttention(d_model, h, bias=..., batch_first=True); copy "
+                        "torch.cat([W_q, W_k, W_v] weights) into in_proj_weight (in that order), "
+                        "W_o's weight into out_proj.weight, and when mha has biases, the three "
+                        "biases into in_proj_bias and W_o's into out_proj.bias.")),
               hint=hint, mistakes=_TO_TORCH_MULTIHEAD_MISTAKES, verbose=verbose)
 
 
@@ -499,24 +504,24 @@ def _wrong_packed_self_attention(mha, X, valid_lens, order=(0, 1, 2), packing="b
 
 
 _PACKED_SELF_ATTENTION_MISTAKES = {
-    "Your queries, keys and values are cut out of W_qkv's outputs in another order: they come as "
-    "queries, then keys, then values.": tuple(
+    N_("Your queries, keys and values are cut out of W_qkv's outputs in another order: they come "
+       "as queries, then keys, then values."): tuple(
         partial(_wrong_packed_self_attention, order=order)
         for order in itertools.permutations(range(3)) if order != (0, 1, 2)),
-    "Your packed outputs are read as each head's query, key and value side by side: W_qkv's "
-    "outputs are all the queries (d_model features), then all the keys, then all the values.":
-        partial(_wrong_packed_self_attention, packing="per head"),
+    N_("Your packed outputs are read as each head's query, key and value side by side: W_qkv's "
+       "outputs are all the queries (d_model features), then all the keys, then all the "
+       "values."): partial(_wrong_packed_self_attention, packing="per head"),
     **_per_head_mistakes(_wrong_packed_self_attention, module=True),
-    "Your heads' outputs are put side by side without moving the head axis back: a plain "
-    "reshape of (B, h, T, d_k) mixes the positions into the features.":
+    N_("Your heads' outputs are put side by side without moving the head axis back: a plain "
+       "reshape of (B, h, T, d_k) mixes the positions into the features."):
         partial(_wrong_packed_self_attention, merge="reshape"),
-    "Your output is not projected by W_o: the heads' outputs, side by side, go through it.":
+    N_("Your output is not projected by W_o: the heads' outputs, side by side, go through it."):
         partial(_wrong_packed_self_attention, project_out=False),
-    "Your attention_weights fold the heads into the batch (B*h, T, T): keep them as (B, h, T, "
-    "T).": partial(_wrong_packed_self_attention, keep="folded"),
-    "Your attention_weights are averaged over the heads: keep every head's, (B, h, T, T).":
+    N_("Your attention_weights fold the heads into the batch (B*h, T, T): keep them as (B, h, T, "
+       "T)."): partial(_wrong_packed_self_attention, keep="folded"),
+    N_("Your attention_weights are averaged over the heads: keep every head's, (B, h, T, T)."):
         partial(_wrong_packed_self_attention, keep="mean"),
-    "Your attention_weights are transposed: row i holds query i's weights over the keys.":
+    N_("Your attention_weights are transposed: row i holds query i's weights over the keys."):
         partial(_wrong_packed_self_attention, keep="transposed"),
 }
 
@@ -532,9 +537,9 @@ def check_packed_self_attention(cls: type, seed: int = 0, hint: int = 1, *,
     weights, with d2lh.MultiHeadAttention holding the same weights."""
     fixed = [("", dict(d_model=8, h=2, B=2, T=5), None),
              ("", dict(d_model=12, h=3, B=2, T=4), "per sequence"),
-             ("a causal mask", dict(d_model=8, h=4, B=2, T=5), "causal"),
-             ("a single head", dict(d_model=6, h=1, B=3, T=4), "per sequence"),
-             ("a single token", dict(d_model=8, h=2, B=2, T=1), None),
+             (N_("a causal mask"), dict(d_model=8, h=4, B=2, T=5), "causal"),
+             (N_("a single head"), dict(d_model=6, h=1, B=3, T=4), "per sequence"),
+             (N_("a single token"), dict(d_model=8, h=2, B=2, T=1), None),
              ("", dict(d_model=8, h=2, B=2, T=3), "zero")]
     cases = _attention_cases(seeded_generator(seed), fixed, count=2)  # (mha, X, valid_lens)
 
@@ -552,18 +557,19 @@ def check_packed_self_attention(cls: type, seed: int = 0, hint: int = 1, *,
             return mha(X, X, X, valid_lens), mha.attention_weights
 
     run_check("PackedSelfAttention", learner, cases, reference,
-              hints=("Result 0 is forward's output, result 1 its attention_weights. Follow one "
-                     "head from the packed projection to the output: which features are its "
-                     "queries, its keys, its values, and which valid lengths does it use?",
-                     "The packed projection's output is queries, keys and values side by side, "
-                     "in that order; split each into heads with the heads next to the batch, "
-                     "scale by sqrt(d_k), mask each head with its sequence's lengths, and put "
-                     "the heads side by side again before W_o.",
-                     "cut W_qkv(X) into queries, keys and values along the last axis (in that "
-                     "order), split each into h heads of width d_k = d_model / h with the head "
-                     "axis next to the batch axis, scale the scores by sqrt(d_k), give every head "
-                     "of sequence b the lengths of b, use d2lh.masked_softmax (a row with no valid "
-                     "key stays 0), then put the heads' outputs side by side again before W_o."),
+              hints=(N_("Result 0 is forward's output, result 1 its attention_weights. Follow "
+                        "one head from the packed projection to the output: which features are "
+                        "its queries, its keys, its values, and which valid lengths does it use?"),
+                     N_("The packed projection's output is queries, keys and values side by "
+                        "side, in that order; split each into heads with the heads next to the "
+                        "batch, scale by sqrt(d_k), mask each head with its sequence's lengths, "
+                        "and put the heads side by side again before W_o."),
+                     N_("cut W_qkv(X) into queries, keys and values along the last axis (in that "
+                        "order), split each into h heads of width d_k = d_model / h with the "
+                        "head axis next to the batch axis, scale the scores by sqrt(d_k), give "
+                        "every head of sequence b the lengths of b, use d2lh.masked_softmax (a "
+                        "row with no valid key stays 0), then put the heads' outputs side by side "
+                        "again before W_o.")),
               hint=hint, mistakes=_PACKED_SELF_ATTENTION_MISTAKES, verbose=verbose)
 
 

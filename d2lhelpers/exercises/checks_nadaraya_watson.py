@@ -12,7 +12,7 @@ import torch
 
 from ..attention import DotProductAttention
 from .cases import labelled, randn, random_floats, random_sizes, seeded_generator
-from .runner import Symptom, exercise_check, run_check
+from .runner import N_, Symptom, _, exercise_check, run_check
 
 __all__ = ['check_kernel_as_attention', 'check_loo_error']
 
@@ -58,25 +58,26 @@ def _returns_weights(result, queries, keys, width) -> bool:
 
 
 _KERNEL_AS_ATTENTION_MISTAKES = {
-    "You return the weights themselves: the exercise asks for queries and keys, (q, k), that give "
-    "them in d2lh.DotProductAttention.": Symptom(_returns_weights),
-    "Your keys do not cancel the layer's division by sqrt(D), D being the width of your queries "
-    "and keys (d + 1 here): multiply them by sqrt(D).": partial(_wrong_kernel_as_attention,
-                                                                root="none"),
-    "Your keys are multiplied by sqrt(2), as in section 3 where the inputs had one feature: the "
-    "layer divides by sqrt(D), D = d + 1 for inputs of d features.": partial(
+    N_("You return the weights themselves: the exercise asks for queries and keys, (q, k), that "
+       "give them in d2lh.DotProductAttention."): Symptom(_returns_weights),
+    N_("Your keys do not cancel the layer's division by sqrt(D), D being the width of your "
+       "queries and keys (d + 1 here): multiply them by sqrt(D)."): partial(
+        _wrong_kernel_as_attention, root="none"),
+    N_("Your keys are multiplied by sqrt(2), as in section 3 where the inputs had one feature: the "
+       "layer divides by sqrt(D), D = d + 1 for inputs of d features."): partial(
         _wrong_kernel_as_attention, root="2"),
-    "Your scores ignore the width: the kernel's exponent is -|x - x_i|^2 / (2 width^2).":
+    N_("Your scores ignore the width: the kernel's exponent is -|x - x_i|^2 / (2 width^2)."):
         partial(_wrong_kernel_as_attention, power=0),
-    "Your scores are divided by the width, not by its square: the kernel's exponent is "
-    "-|x - x_i|^2 / (2 width^2).": partial(_wrong_kernel_as_attention, power=1),
-    "Your scores lack the key's own term -|x_i|^2 / 2, so they favour long keys, as a dot product "
-    "does, not near ones (a term of the query alone would change nothing).":
+    N_("Your scores are divided by the width, not by its square: the kernel's exponent is "
+       "-|x - x_i|^2 / (2 width^2)."): partial(_wrong_kernel_as_attention, power=1),
+    N_("Your scores lack the key's own term -|x_i|^2 / 2, so they favour long keys, as a dot "
+       "product does, not near ones (a term of the query alone would change nothing)."):
         partial(_wrong_kernel_as_attention, norm=None),
-    "Your keys' extra feature is +|x_i|^2 / 2: expanding -|x - x_i|^2 / 2 gives x . x_i - |x_i|^2 "
-    "/ 2, minus a term of the query alone.": partial(_wrong_kernel_as_attention, norm="+1/2"),
-    "Your keys' extra feature is -|x_i|^2, without the 1/2: expanding -|x - x_i|^2 / 2 gives x . "
-    "x_i - |x_i|^2 / 2.": partial(_wrong_kernel_as_attention, norm="-1"),
+    N_("Your keys' extra feature is +|x_i|^2 / 2: expanding -|x - x_i|^2 / 2 gives x . x_i - "
+       "|x_i|^2 / 2, minus a term of the query alone."): partial(_wrong_kernel_as_attention,
+                                                                 norm="+1/2"),
+    N_("Your keys' extra feature is -|x_i|^2, without the 1/2: expanding -|x - x_i|^2 / 2 gives "
+       "x . x_i - |x_i|^2 / 2."): partial(_wrong_kernel_as_attention, norm="-1"),
 }
 
 
@@ -89,35 +90,36 @@ def check_kernel_as_attention(fn: Callable, seed: int = 0, hint: int = 1, *,
     judged by the weights they give."""
     generator = seeded_generator(seed)
     fixed = [("", 6, 5, 2, 1.0, torch.float32),
-             ("one feature, as in section 3", 4, 7, 1, 0.5, torch.float32),
-             ("a single key", 3, 1, 3, 1.0, torch.float32),
-             ("a single query", 1, 6, 2, 2.0, torch.float32),
-             ("a narrow kernel, float64", 5, 8, 3, 0.2, torch.float64)]
+             (N_("one feature, as in section 3"), 4, 7, 1, 0.5, torch.float32),
+             (N_("a single key"), 3, 1, 3, 1.0, torch.float32),
+             (N_("a single query"), 1, 6, 2, 2.0, torch.float32),
+             (N_("a narrow kernel, float64"), 5, 8, 3, 0.2, torch.float64)]
     widths = random_floats(generator, 2, low=0.5, scale=2)
     random = [("", s["n_q"], s["n_k"], s["d"], w, torch.float32) for s, w in
               zip(random_sizes(generator, 2, n_q=(1, 6), n_k=(1, 8), d=(1, 4)), widths)]
     entries = [(what, (5 * torch.rand(n_q, d, generator=generator, dtype=dtype),
                        5 * torch.rand(n_k, d, generator=generator, dtype=dtype), width))
                for what, n_q, n_k, d, width, dtype in fixed + random]
-    cases = labelled(entries, lambda queries, keys, width:
-                     f"queries {tuple(queries.shape)}, keys {tuple(keys.shape)}, width {width:.2f}")
+    cases = labelled(entries, lambda queries, keys, width: _(
+        "queries {queries}, keys {keys}, width {width}").format(
+            queries=tuple(queries.shape), keys=tuple(keys.shape), width=f"{width:.2f}"))
 
-    run_check("kernel_as_attention (through d2lh.DotProductAttention)", fn, cases,
+    run_check(_("kernel_as_attention (through d2lh.DotProductAttention)"), fn, cases,
               reference=_wrong_kernel_as_attention,  # every argument at its right value
-              compare_through=("used as the queries and keys of d2lh.DotProductAttention",
+              compare_through=(N_("used as the queries and keys of d2lh.DotProductAttention"),
                                _attention_weights),
               mistakes=_KERNEL_AS_ATTENTION_MISTAKES, verbose=verbose,
-              hints=("Expand -|x - x_i|^2 / (2 width^2): which part depends on both x and x_i, "
-                     "which on x_i alone, which on x alone? A softmax does not see a term that is "
-                     "the same for every key. And what does the layer do to q . k?",
-                     "-|x - x_i|^2 / 2 is x . x_i - |x_i|^2 / 2 - |x|^2 / 2, and the last term "
-                     "is the same for every key. Put x in the query with an extra feature 1, and "
-                     "x_i with -|x_i|^2 / 2 in the key, scaled so that the layer's 1 / sqrt(D) "
-                     "and the width both come out right.",
-                     "-|x - x_i|^2 / 2 = x . x_i - |x_i|^2 / 2 - |x|^2 / 2, and the last term is "
-                     "the same for every key: take q = (x, 1) and k = c (x_i, -|x_i|^2 / 2), one "
-                     "feature more than the inputs (D = d + 1), with c = sqrt(D) / width^2 to "
-                     "cancel the layer's 1 / sqrt(D) and to put the width in."),
+              hints=(N_("Expand -|x - x_i|^2 / (2 width^2): which part depends on both x and "
+                        "x_i, which on x_i alone, which on x alone? A softmax does not see a term "
+                        "that is the same for every key. And what does the layer do to q . k?"),
+                     N_("-|x - x_i|^2 / 2 is x . x_i - |x_i|^2 / 2 - |x|^2 / 2, and the last "
+                        "term is the same for every key. Put x in the query with an extra feature "
+                        "1, and x_i with -|x_i|^2 / 2 in the key, scaled so that the layer's "
+                        "1 / sqrt(D) and the width both come out right."),
+                     N_("-|x - x_i|^2 / 2 = x . x_i - |x_i|^2 / 2 - |x|^2 / 2, and the last term "
+                        "is the same for every key: take q = (x, 1) and k = c (x_i, -|x_i|^2 / "
+                        "2), one feature more than the inputs (D = d + 1), with c = sqrt(D) / "
+                        "width^2 to cancel the layer's 1 / sqrt(D) and to put the width in.")),
               hint=hint)
 
 
@@ -152,33 +154,34 @@ def _wrong_loo_error(x, y, width, leave_out="mask", kernel="gaussian", axis=1, e
 
 
 _LOO_ERROR_MISTAKES = {
-    "You return one error per point: the exercise asks for one number, their mean.":
+    N_("You return one error per point: the exercise asks for one number, their mean."):
         Symptom(lambda result, x, y, width: tuple(torch.as_tensor(result).shape) == (len(x),)),
-    "Your point i is among its own keys: leave-one-out predicts y_i from the other points only.":
-        partial(_wrong_loo_error, leave_out="none"),
-    "Your weights leave point i out after the softmax without renormalising: the other points' "
-    "weights no longer sum to 1.": partial(_wrong_loo_error, leave_out="zero the weight"),
-    "Your kernel divides the squared distance by the width, not by the width squared: the "
-    "Gaussian kernel is -((x_i - x_j) / width)^2 / 2.": (
+    N_("Your point i is among its own keys: leave-one-out predicts y_i from the other points "
+       "only."): partial(_wrong_loo_error, leave_out="none"),
+    N_("Your weights leave point i out after the softmax without renormalising: the other "
+       "points' weights no longer sum to 1."): partial(_wrong_loo_error,
+                                                       leave_out="zero the weight"),
+    N_("Your kernel divides the squared distance by the width, not by the width squared: the "
+       "Gaussian kernel is -((x_i - x_j) / width)^2 / 2."): (
         partial(_wrong_loo_error, kernel="squared over width"),
         partial(_wrong_loo_error, kernel="squared over 2 width")),
-    "Your kernel misses the factor 1/2 of the Gaussian: -((x_i - x_j) / width)^2 / 2.":
+    N_("Your kernel misses the factor 1/2 of the Gaussian: -((x_i - x_j) / width)^2 / 2."):
         partial(_wrong_loo_error, kernel="squared"),
-    "Your kernel is the Laplace kernel (absolute distance): this exercise uses the Gaussian.":
+    N_("Your kernel is the Laplace kernel (absolute distance): this exercise uses the Gaussian."):
         partial(_wrong_loo_error, kernel="laplace"),
-    "Your weights are normalised over the queries (each column sums to 1): the weights that "
-    "predict y_i must sum to 1 over the other points j.": partial(_wrong_loo_error, axis=0),
-    "Your error is a sum over the points: the exercise asks for their mean.":
+    N_("Your weights are normalised over the queries (each column sums to 1): the weights that "
+       "predict y_i must sum to 1 over the other points j."): partial(_wrong_loo_error, axis=0),
+    N_("Your error is a sum over the points: the exercise asks for their mean."):
         partial(_wrong_loo_error, error="sum"),
-    "Your error divides the sum by n - 1: the mean over the n points divides by n.":
+    N_("Your error divides the sum by n - 1: the mean over the n points divides by n."):
         partial(_wrong_loo_error, error="n - 1"),
-    "Your error is the root of the mean squared error: the exercise asks for the mean squared "
-    "error itself.": partial(_wrong_loo_error, error="root"),
-    "Your errors are not squared: positive and negative errors cancel out in a mean of signed "
-    "errors.": (partial(_wrong_loo_error, error="signed"),
-                partial(_wrong_loo_error, error="signed sum")),
-    "Your error is the mean absolute error: the exercise asks for the mean of the squared "
-    "errors.": partial(_wrong_loo_error, error="absolute"),
+    N_("Your error is the root of the mean squared error: the exercise asks for the mean squared "
+       "error itself."): partial(_wrong_loo_error, error="root"),
+    N_("Your errors are not squared: positive and negative errors cancel out in a mean of signed "
+       "errors."): (partial(_wrong_loo_error, error="signed"),
+                    partial(_wrong_loo_error, error="signed sum")),
+    N_("Your error is the mean absolute error: the exercise asks for the mean of the squared "
+       "errors."): partial(_wrong_loo_error, error="absolute"),
 }
 
 
@@ -189,15 +192,16 @@ def check_loo_error(fn: Callable, seed: int = 0, hint: int = 1, *,
     kernel regression: each y_i predicted from the other points with weights
     softmax over j != i of -((x_i - x_j) / width)^2 / 2."""
     generator = seeded_generator(seed)
-    fixed = [("two points, each predicted by the other", 2, 1.0, torch.float32),
-             ("", 5, 1.0, torch.float32), ("a narrow kernel", 20, 0.2, torch.float32),
-             ("a wide kernel, float64", 12, 3.0, torch.float64)]
+    fixed = [(N_("two points, each predicted by the other"), 2, 1.0, torch.float32),
+             ("", 5, 1.0, torch.float32), (N_("a narrow kernel"), 20, 0.2, torch.float32),
+             (N_("a wide kernel, float64"), 12, 3.0, torch.float64)]
     widths = random_floats(generator, 2, low=0.2, scale=2)
     random = [("", s["n"], w, torch.float32)
               for s, w in zip(random_sizes(generator, 2, n=(3, 30)), widths)]
     entries = [(what, (*_regression_data(generator, n, dtype), width))
                for what, n, width, dtype in fixed + random]
-    cases = labelled(entries, lambda x, y, width: f"{len(x)} points, width {width:.2f}")
+    cases = labelled(entries, lambda x, y, width: _("{count} points, width {width}").format(
+        count=len(x), width=f"{width:.2f}"))
 
     def reference(x, y, width):
         scores = -((x[:, None] - x[None, :]) / width) ** 2 / 2  # (n, n): query i, key j
@@ -205,14 +209,15 @@ def check_loo_error(fn: Callable, seed: int = 0, hint: int = 1, *,
         return ((torch.softmax(scores, dim=1) @ y - y) ** 2).mean()
 
     run_check("loo_error", fn, cases, reference, mistakes=_LOO_ERROR_MISTAKES, verbose=verbose,
-              hints=("Leave-one-out means that point i never helps to predict itself: is that so "
-                     "in your function? Is the error a mean or a sum?",
-                     "For point i, the keys are all the other points: mask the diagonal of the "
-                     "Gaussian kernel's scores before the softmax; the error is the mean squared "
-                     "difference between those predictions and the y_i.",
-                     "query i must not be among its own keys (mask the diagonal, or use "
-                     "keys_loo's trick); the kernel is -((x_i - x_j) / width)^2 / 2 before the "
-                     "softmax; the error is the mean over the n points of (prediction - y_i)^2."),
+              hints=(N_("Leave-one-out means that point i never helps to predict itself: is "
+                        "that so in your function? Is the error a mean or a sum?"),
+                     N_("For point i, the keys are all the other points: mask the diagonal of the "
+                        "Gaussian kernel's scores before the softmax; the error is the mean "
+                        "squared difference between those predictions and the y_i."),
+                     N_("query i must not be among its own keys (mask the diagonal, or use "
+                        "keys_loo's trick); the kernel is -((x_i - x_j) / width)^2 / 2 before the "
+                        "softmax; the error is the mean over the n points of (prediction - "
+                        "y_i)^2.")),
               hint=hint)
 
 

@@ -13,7 +13,7 @@ import torch
 from ..attention import DotProductAttention
 from .cases import (labelled, load_linear_weights, randint, randn, random_floats, random_sizes,
                     seeded_generator)
-from .runner import Symptom, exercise_check, run_check
+from .runner import N_, Symptom, _, exercise_check, run_check
 
 __all__ = ['check_lookup', 'check_cross_attention']
 
@@ -76,30 +76,32 @@ def _divided_by_zero(result, queries, keys, values, temperature) -> bool:
 
 
 _LOOKUP_MISTAKES = {
-    "At temperature 0 your function divides by 0 (NaN weights, or ZeroDivisionError): temperature "
-    "0 is the limit of the softmax as the temperature falls to 0, a case of its own.": (
-        partial(_wrong_lookup, zero="formula"), Symptom(_divided_by_zero)),
-    "At temperature 0 your weights put 1 on a single key where several keys share the largest "
-    "score: in the limit, tied keys share the weight equally.": partial(_wrong_lookup,
-                                                                       zero="first"),
-    "At temperature 0 your weights give 1 to each key of the largest score: when several keys tie, "
-    "the row no longer sums to 1; they share it.": partial(_wrong_lookup, zero="unnormalised"),
-    "Your temperature multiplies the scores: it divides them, so that a low temperature sharpens "
-    "the weights and a high one flattens them.": partial(_wrong_lookup, use="multiplies"),
-    "Your function ignores the temperature: the scores are divided by it.":
+    N_("At temperature 0 your function divides by 0 (NaN weights, or ZeroDivisionError): "
+       "temperature 0 is the limit of the softmax as the temperature falls to 0, a case of its "
+       "own."): (partial(_wrong_lookup, zero="formula"), Symptom(_divided_by_zero)),
+    N_("At temperature 0 your weights put 1 on a single key where several keys share the largest "
+       "score: in the limit, tied keys share the weight equally."): partial(_wrong_lookup,
+                                                                           zero="first"),
+    N_("At temperature 0 your weights give 1 to each key of the largest score: when several keys "
+       "tie, the row no longer sums to 1; they share it."): partial(_wrong_lookup,
+                                                                    zero="unnormalised"),
+    N_("Your temperature multiplies the scores: it divides them, so that a low temperature "
+       "sharpens the weights and a high one flattens them."): partial(_wrong_lookup,
+                                                                      use="multiplies"),
+    N_("Your function ignores the temperature: the scores are divided by it."):
         partial(_wrong_lookup, use="ignored"),
-    "Your scores are divided by sqrt(temperature * d): the temperature divides them as it is, and "
-    "sqrt(d) on top of it.": partial(_wrong_lookup, use="inside the root"),
-    "Your scores are not divided by sqrt(d): the lookup is scaled dot-product attention at "
-    "temperature 1, softmax(Q K^T / (temperature sqrt(d))).": (
+    N_("Your scores are divided by sqrt(temperature * d): the temperature divides them as it is, "
+       "and sqrt(d) on top of it."): partial(_wrong_lookup, use="inside the root"),
+    N_("Your scores are not divided by sqrt(d): the lookup is scaled dot-product attention at "
+       "temperature 1, softmax(Q K^T / (temperature sqrt(d)))."): (
         partial(_wrong_lookup, scale="none"), partial(_wrong_lookup, scale="none",
                                                       zero="formula")),
-    "Each column of your weights sums to 1, over the queries: each query's weights must sum to 1 "
-    "over the keys. Which axis does your softmax normalise?": (
+    N_("Each column of your weights sums to 1, over the queries: each query's weights must sum to "
+       "1 over the keys. Which axis does your softmax normalise?"): (
         partial(_wrong_lookup, axis=-2), Symptom(lambda result, *args: _columns_sum_to_one(
             result[1]))),
-    "You return (weights, outputs): the exercise asks for the outputs first, (outputs, weights).":
-        partial(_wrong_lookup, order="weights first"),
+    N_("You return (weights, outputs): the exercise asks for the outputs first, (outputs, "
+       "weights)."): partial(_wrong_lookup, order="weights first"),
 }
 
 
@@ -116,20 +118,22 @@ def _lookup_cases(generator) -> list[tuple[str, tuple]]:
             K = randn(generator, B, T_k, d, dtype=dtype)
         return Q, K, randn(generator, B, T_k, d_v, dtype=dtype)
 
-    entries = [("temperature 1", (*draw(2, 3, 4, 2, 3), 1.0)),
-               ("temperature 0 (the hard lookup), whole numbers with ties",
+    entries = [(N_("temperature 1"), (*draw(2, 3, 4, 2, 3), 1.0)),
+               (N_("temperature 0 (the hard lookup), whole numbers with ties"),
                 (*draw(2, 4, 5, 2, 3, whole=True), 0.0)),
-               ("temperature 0, no ties", (*draw(2, 3, 6, 3, 2), 0.0)),
-               ("temperature inf (average pooling)", (*draw(2, 2, 5, 3, 2), math.inf)),
-               ("temperature 3", (*draw(1, 4, 4, 4, 4), 3.0)),
-               ("a single key", (*draw(2, 3, 1, 2, 2), 0.5)),
-               ("a single query, float64", (*draw(3, 1, 5, 2, 1, torch.float64), 0.05))]
+               (N_("temperature 0, no ties"), (*draw(2, 3, 6, 3, 2), 0.0)),
+               (N_("temperature inf (average pooling)"), (*draw(2, 2, 5, 3, 2), math.inf)),
+               (N_("temperature 3"), (*draw(1, 4, 4, 4, 4), 3.0)),
+               (N_("a single key"), (*draw(2, 3, 1, 2, 2), 0.5)),
+               (N_("a single query, float64"), (*draw(3, 1, 5, 2, 1, torch.float64), 0.05))]
     temperatures = random_floats(generator, 2, low=0.2, scale=3)
     for s, t in zip(random_sizes(generator, 2, B=(1, 3), T_q=(1, 5), T_k=(1, 6), d=(1, 5),
                                  d_v=(1, 4)), temperatures):
         entries.append(("", (*draw(**s), t)))
-    return labelled(entries, lambda Q, K, V, t: f"queries {tuple(Q.shape)}, keys {tuple(K.shape)}, "
-                                                f"values {tuple(V.shape)}, temperature {t:.3g}")
+    return labelled(entries, lambda Q, K, V, t: _(
+        "queries {queries}, keys {keys}, values {values}, temperature {temperature}").format(
+            queries=tuple(Q.shape), keys=tuple(K.shape), values=tuple(V.shape),
+            temperature=f"{t:.3g}"))
 
 
 def _reference_lookup(queries, keys, values, temperature):
@@ -144,17 +148,18 @@ def check_lookup(fn: Callable, seed: int = 0, hint: int = 1, *, verbose: bool = 
     (ties share), and at temperature inf equal weights on every key."""
     cases = _lookup_cases(seeded_generator(seed))
     run_check("lookup", fn, cases, _reference_lookup, mistakes=_LOOKUP_MISTAKES, verbose=verbose,
-              hints=("Two things decide the weights: what the temperature does to the scores, and "
-                     "what is left of the softmax as the temperature falls to 0. What do the "
-                     "weights of a row tend to when two keys share its largest score?",
-                     "Divide the scores by temperature * sqrt(d) and take the softmax over the "
-                     "keys; temperature 0 needs a case of its own: every key with the row's "
-                     "largest score gets an equal share, the others 0.",
-                     "scores = Q @ K^T (batched, keys transposed on their last two axes) divided "
-                     "by temperature * sqrt(d), softmax over the keys (the last axis). At "
-                     "temperature 0 divide by nothing: mark the keys whose score equals the row's "
-                     "largest, and give each of them 1 / (their number). Return (weights @ "
-                     "values, weights)."),
+              hints=(N_("Two things decide the weights: what the temperature does to the "
+                        "scores, and what is left of the softmax as the temperature falls to 0. "
+                        "What do the weights of a row tend to when two keys share its largest "
+                        "score?"),
+                     N_("Divide the scores by temperature * sqrt(d) and take the softmax over the "
+                        "keys; temperature 0 needs a case of its own: every key with the row's "
+                        "largest score gets an equal share, the others 0."),
+                     N_("scores = Q @ K^T (batched, keys transposed on their last two axes) "
+                        "divided by temperature * sqrt(d), softmax over the keys (the last axis). "
+                        "At temperature 0 divide by nothing: mark the keys whose score equals the "
+                        "row's largest, and give each of them 1 / (their number). Return "
+                        "(weights @ values, weights).")),
               hint=hint)
 
 
@@ -178,30 +183,31 @@ def _wrong_cross_attention(W_q, W_k, W_v, queries, context, scale="d", axis=-1,
 
 
 _CROSS_ATTENTION_MISTAKES = {
-    "Your scores are not scaled: by what does scaled dot-product attention divide them before the "
-    "softmax?": partial(_wrong_cross_attention, scale="none"),
-    "Your scores are divided by the square root of an input's width (the queries' or the "
-    "context's): the scale is the width d of the projected queries and keys.": (
+    N_("Your scores are not scaled: by what does scaled dot-product attention divide them before "
+       "the softmax?"): partial(_wrong_cross_attention, scale="none"),
+    N_("Your scores are divided by the square root of an input's width (the queries' or the "
+       "context's): the scale is the width d of the projected queries and keys."): (
         partial(_wrong_cross_attention, scale="query width"),
         partial(_wrong_cross_attention, scale="context width")),
-    "Your scores are divided by the square root of the values' width d_v: the scale is the width d "
-    "of the projected queries and keys.": partial(_wrong_cross_attention, scale="d_v"),
-    "Each column of your weights sums to 1, over the queries: each query's weights must sum to 1 "
-    "over the context's tokens.": (partial(_wrong_cross_attention, axis=-2),
-                                   Symptom(lambda result, *args: _columns_sum_to_one(result[1]))),
-    "Your keys and values come from the queries' sequence (self-attention): in attention between "
-    "two sequences they come from the context.": partial(_wrong_cross_attention,
-                                                         keys_from="queries"),
-    "Your queries come from the context: they come from the sequence that asks, the first "
-    "argument.": partial(_wrong_cross_attention, queries_from="context"),
-    "Your outputs mix the context itself, not its values: project it with W_v first.":
+    N_("Your scores are divided by the square root of the values' width d_v: the scale is the "
+       "width d of the projected queries and keys."): partial(_wrong_cross_attention, scale="d_v"),
+    N_("Each column of your weights sums to 1, over the queries: each query's weights must sum to "
+       "1 over the context's tokens."): (partial(_wrong_cross_attention, axis=-2),
+                                         Symptom(lambda result, *args: _columns_sum_to_one(
+                                             result[1]))),
+    N_("Your keys and values come from the queries' sequence (self-attention): in attention "
+       "between two sequences they come from the context."): partial(_wrong_cross_attention,
+                                                                     keys_from="queries"),
+    N_("Your queries come from the context: they come from the sequence that asks, the first "
+       "argument."): partial(_wrong_cross_attention, queries_from="context"),
+    N_("Your outputs mix the context itself, not its values: project it with W_v first."):
         partial(_wrong_cross_attention, values="raw"),
-    "Your values are projected with W_k: keys and values have projections of their own.":
+    N_("Your values are projected with W_k: keys and values have projections of their own."):
         partial(_wrong_cross_attention, values="with W_k"),
-    "Your outputs use the transposed weights: output i mixes the values with query i's row of "
-    "weights.": partial(_wrong_cross_attention, mix="transposed"),
-    "You return (weights, outputs): the exercise asks for the outputs first, (outputs, weights).":
-        partial(_wrong_cross_attention, order="weights first"),
+    N_("Your outputs use the transposed weights: output i mixes the values with query i's row of "
+       "weights."): partial(_wrong_cross_attention, mix="transposed"),
+    N_("You return (weights, outputs): the exercise asks for the outputs first, (outputs, "
+       "weights)."): partial(_wrong_cross_attention, order="weights first"),
 }
 
 
@@ -209,13 +215,13 @@ def _cross_attention_cases(generator) -> list[tuple[str, tuple]]:
     """(description, (W_q, W_k, W_v, queries, context)) cases of check_cross_attention: weights in
     PyTorch's layout (out_features, in_features)."""
     fixed = [("", dict(B=2, T_q=3, T_k=6, d_query=5, d_context=3, d=4, d_v=2), torch.float32),
-             ("queries and context of equal sizes",
+             (N_("queries and context of equal sizes"),
               dict(B=2, T_q=4, T_k=4, d_query=4, d_context=4, d=4, d_v=4), torch.float32),
-             ("a single query", dict(B=2, T_q=1, T_k=5, d_query=3, d_context=6, d=2, d_v=3),
+             (N_("a single query"), dict(B=2, T_q=1, T_k=5, d_query=3, d_context=6, d=2, d_v=3),
               torch.float32),
-             ("a context of one token", dict(B=3, T_q=4, T_k=1, d_query=2, d_context=2, d=3, d_v=2),
-              torch.float32),
-             ("d = 1, float64", dict(B=1, T_q=3, T_k=4, d_query=2, d_context=5, d=1, d_v=3),
+             (N_("a context of one token"),
+              dict(B=3, T_q=4, T_k=1, d_query=2, d_context=2, d=3, d_v=2), torch.float32),
+             (N_("d = 1, float64"), dict(B=1, T_q=3, T_k=4, d_query=2, d_context=5, d=1, d_v=3),
               torch.float64)]
     random = [("", s, torch.float32) for s in random_sizes(
         generator, 2, B=(1, 3), T_q=(1, 5), T_k=(1, 5), d_query=(1, 5), d_context=(1, 5), d=(1, 5),
@@ -228,9 +234,10 @@ def _cross_attention_cases(generator) -> list[tuple[str, tuple]]:
         for i in range(3):  # weights of scale 1/sqrt(fan-in), as nn.Linear's
             tensors[i] = tensors[i] / math.sqrt(shapes[i][1])
         entries.append((what, tuple(tensors)))
-    return labelled(entries, lambda W_q, W_k, W_v, queries, context: (
-        f"queries {tuple(queries.shape)}, context {tuple(context.shape)}, d={W_q.shape[0]}, "
-        f"d_v={W_v.shape[0]}"))
+    return labelled(entries, lambda W_q, W_k, W_v, queries, context: _(
+        "queries {queries}, context {context}, d={d}, d_v={d_v}").format(
+            queries=tuple(queries.shape), context=tuple(context.shape), d=W_q.shape[0],
+            d_v=W_v.shape[0]))
 
 
 @exercise_check
@@ -257,15 +264,15 @@ def check_cross_attention(cls: type, seed: int = 0, hint: int = 1, *,
 
     run_check("CrossAttention", learner, cases, reference, mistakes=_CROSS_ATTENTION_MISTAKES,
               verbose=verbose,
-              hints=("Which sequence gives the queries, which the keys and the values? And by the "
-                     "square root of which width are the scores divided?",
-                     "The queries come from the queries' sequence through W_q; the keys and "
-                     "values from the context through W_k and W_v. Scale by the square root of "
-                     "the projected width and take the softmax over the keys.",
-                     "Q = self.W_q(queries), K = self.W_k(context), V = self.W_v(context); the "
-                     "weights are the softmax over the last axis of Q @ K.transpose(1, 2) / "
-                     "sqrt(d), d being the width of Q and K (not of the inputs); return (weights "
-                     "@ V, weights)."),
+              hints=(N_("Which sequence gives the queries, which the keys and the values? And "
+                        "by the square root of which width are the scores divided?"),
+                     N_("The queries come from the queries' sequence through W_q; the keys and "
+                        "values from the context through W_k and W_v. Scale by the square root "
+                        "of the projected width and take the softmax over the keys."),
+                     N_("Q = self.W_q(queries), K = self.W_k(context), V = self.W_v(context); the "
+                        "weights are the softmax over the last axis of Q @ K.transpose(1, 2) / "
+                        "sqrt(d), d being the width of Q and K (not of the inputs); return "
+                        "(weights @ V, weights).")),
               hint=hint)
 
 
