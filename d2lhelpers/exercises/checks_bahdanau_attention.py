@@ -14,7 +14,7 @@ from torch import nn
 from ..attention import masked_softmax, sequence_mask
 from .cases import (labelled, mask_inverted, randn, random_lengths, random_sizes,
                     seeded_generator, seeded_module, size_text)
-from .runner import Symptom, exercise_check, run_check
+from .runner import N_, Symptom, exercise_check, run_check
 
 __all__ = ["check_gru_cell", "check_luong_step"]
 
@@ -56,37 +56,37 @@ def _wrong_gru_cell(x, h, W_ih, W_hh, b_ih, b_hh, order=(0, 1, 2), reset="on the
 
 
 _GRU_CELL_MISTAKES = {
-    "Your update gate keeps the candidate where it should keep the old state: with z = 1 the "
-    "state must stay as it was.": partial(_wrong_gru_cell, update="keeps n"),
-    "Your new state ignores the update gate: it mixes the candidate with the old state.":
+    N_("Your update gate keeps the candidate where it should keep the old state: with z = 1 the "
+       "state must stay as it was."): partial(_wrong_gru_cell, update="keeps n"),
+    N_("Your new state ignores the update gate: it mixes the candidate with the old state."):
         partial(_wrong_gru_cell, update="ignored"),
-    "Your gates are taken from the stacked weights in another order: PyTorch stacks the rows of "
-    "the reset gate, then the update gate, then the candidate.": tuple(
+    N_("Your gates are taken from the stacked weights in another order: PyTorch stacks the rows of "
+       "the reset gate, then the update gate, then the candidate."): tuple(
         partial(_wrong_gru_cell, order=order) for order in itertools.permutations(range(3))
         if order != (0, 1, 2)),
-    "Your reset gate multiplies h before W_hn (Cho et al.'s form): PyTorch's reset gate "
-    "multiplies the whole hidden projection W_hn h + b_hn.": partial(_wrong_gru_cell,
-                                                                   reset="before the matrix"),
-    "Your reset gate leaves out the bias b_hn: it multiplies the whole hidden projection, "
-    "W_hn h + b_hn.": partial(_wrong_gru_cell, reset="not on the bias"),
-    "Your reset gate multiplies the input's part of the candidate: it resets the state's part, "
-    "W_hn h + b_hn.": partial(_wrong_gru_cell, reset="on the input"),
-    "Your candidate ignores the reset gate: r scales the hidden projection inside the tanh.":
+    N_("Your reset gate multiplies h before W_hn (Cho et al.'s form): PyTorch's reset gate "
+       "multiplies the whole hidden projection W_hn h + b_hn."): partial(_wrong_gru_cell,
+                                                                      reset="before the matrix"),
+    N_("Your reset gate leaves out the bias b_hn: it multiplies the whole hidden projection, "
+       "W_hn h + b_hn."): partial(_wrong_gru_cell, reset="not on the bias"),
+    N_("Your reset gate multiplies the input's part of the candidate: it resets the state's part, "
+       "W_hn h + b_hn."): partial(_wrong_gru_cell, reset="on the input"),
+    N_("Your candidate ignores the reset gate: r scales the hidden projection inside the tanh."):
         partial(_wrong_gru_cell, reset="nowhere"),
-    "Your candidate uses a sigmoid: the gates use sigmoids, the candidate a tanh.":
+    N_("Your candidate uses a sigmoid: the gates use sigmoids, the candidate a tanh."):
         partial(_wrong_gru_cell, candidate=torch.sigmoid),
-    "Your candidate has no tanh: n is the tanh of the input part plus the reset hidden part.":
+    N_("Your candidate has no tanh: n is the tanh of the input part plus the reset hidden part."):
         partial(_wrong_gru_cell, candidate=lambda v: v),
-    "Your cell leaves out the hidden biases b_hh: each gate adds both projections, their biases "
-    "included.": partial(_wrong_gru_cell, biases=("ih",)),
-    "Your cell leaves out the biases b_ih and b_hh: each gate adds both projections, their "
-    "biases included.": partial(_wrong_gru_cell, biases=()),
-    "Your cell leaves out the input biases b_ih: each gate adds both projections, their biases "
-    "included.": partial(_wrong_gru_cell, biases=("hh",)),
-    "Your gates use tanh: the reset and update gates are sigmoids (values in (0, 1)), only the "
-    "candidate uses tanh.": partial(_wrong_gru_cell, gate=torch.tanh),
-    "Your gates use one projection only: each gate adds the input's projection and the state's "
-    "projection.": tuple(partial(_wrong_gru_cell, gates_from=(part,)) for part in ("x", "h")),
+    N_("Your cell leaves out the hidden biases b_hh: each gate adds both projections, their biases "
+       "included."): partial(_wrong_gru_cell, biases=("ih",)),
+    N_("Your cell leaves out the biases b_ih and b_hh: each gate adds both projections, their "
+       "biases included."): partial(_wrong_gru_cell, biases=()),
+    N_("Your cell leaves out the input biases b_ih: each gate adds both projections, their biases "
+       "included."): partial(_wrong_gru_cell, biases=("hh",)),
+    N_("Your gates use tanh: the reset and update gates are sigmoids (values in (0, 1)), only the "
+       "candidate uses tanh."): partial(_wrong_gru_cell, gate=torch.tanh),
+    N_("Your gates use one projection only: each gate adds the input's projection and the state's "
+       "projection."): tuple(partial(_wrong_gru_cell, gates_from=(part,)) for part in ("x", "h")),
 }
 
 
@@ -116,14 +116,14 @@ def check_gru_cell(fn: Callable, seed: int = 0, hint: int = 1, *,
     # the gates pushed to 0 or 1 first: there a mistake shows as a wrong behaviour with a name
     keep = case(3, 2, 3)
     keep[4][3:6] = 20.0  # b_iz: the update gate z is 1, so h' = h
-    fixed = [("update gate z = 1 (the state is kept)", keep)]
+    fixed = [(N_("update gate z = 1 (the state is kept)"), keep)]
     reset = case(2, 3, 3)
     reset[4][:3] = -20.0  # b_ir: the reset gate r is 0, so n = tanh(W_in x + b_in)
-    fixed.append(("reset gate r = 0 (the candidate ignores h)", reset))
+    fixed.append((N_("reset gate r = 0 (the candidate ignores h)"), reset))
     replace = case(3, 2, 3)
     replace[4][3:6] = -20.0  # z = 0: h' = n, the candidate
-    fixed.append(("update gate z = 0 (the state is replaced)", replace))
-    fixed.append(("the first step, h = 0", case(2, 3, 4, h=torch.zeros(2, 4))))
+    fixed.append((N_("update gate z = 0 (the state is replaced)"), replace))
+    fixed.append((N_("the first step, h = 0"), case(2, 3, 4, h=torch.zeros(2, 4))))
     fixed.append(("", case(2, 3, 4)))
     fixed.append(("float64", case(2, 3, 2, dtype=torch.float64)))
     random = [("", case(s["B"], s["d_in"], s["H"]))
@@ -131,19 +131,19 @@ def check_gru_cell(fn: Callable, seed: int = 0, hint: int = 1, *,
     cases = labelled(fixed + random,
                      lambda x, h, *weights: f"B={x.shape[0]}, d_in={x.shape[1]}, H={h.shape[1]}")
     run_check("gru_cell", fn, cases, reference=_gru_cell,
-              hints=("Recall the GRU's equations: which gate resets what, and where does each "
-                     "bias go? PyTorch stacks the three gates' weights in one matrix, in a fixed "
-                     "order.",
-                     "PyTorch's order is reset, update, candidate, H columns each, in both W_ih "
-                     "and W_hh. The reset gate scales the hidden state's projection inside the "
-                     "candidate, its bias included; the update gate mixes the candidate with the "
-                     "old state, keeping the old state where it is 1.",
-                     "split the projections x @ W_ih.T + b_ih and h @ W_hh.T + b_hh into three "
-                     "chunks of H columns each, in the order reset, update, candidate (.chunk(3, "
-                     "dim=-1)); r and z add the two projections' chunks; in the candidate the "
-                     "reset gate multiplies the whole hidden projection, bias b_hn included: n = "
-                     "tanh(i_n + r * h_n); the update gate keeps the old state: h' = (1 - z) * n "
-                     "+ z * h."),
+              hints=(N_("Recall the GRU's equations: which gate resets what, and where does each "
+                        "bias go? PyTorch stacks the three gates' weights in one matrix, in a "
+                        "fixed order."),
+                     N_("PyTorch's order is reset, update, candidate, H columns each, in both W_ih "
+                        "and W_hh. The reset gate scales the hidden state's projection inside the "
+                        "candidate, its bias included; the update gate mixes the candidate with "
+                        "the old state, keeping the old state where it is 1."),
+                     N_("split the projections x @ W_ih.T + b_ih and h @ W_hh.T + b_hh into three "
+                        "chunks of H columns each, in the order reset, update, candidate "
+                        "(.chunk(3, dim=-1)); r and z add the two projections' chunks; in the "
+                        "candidate the reset gate multiplies the whole hidden projection, bias "
+                        "b_hn included: n = tanh(i_n + r * h_n); the update gate keeps the old "
+                        "state: h' = (1 - z) * n + z * h.")),
               hint=hint, mistakes=_GRU_CELL_MISTAKES, verbose=verbose)
 
 
@@ -196,38 +196,38 @@ def _inverted_mask(result, embedded, hidden, enc_outputs, valid_lens, *modules) 
 
 
 _LUONG_STEP_MISTAKES = {
-    "Your query is the previous state (Bahdanau's order): Luong attends after the RNN step, with "
-    "the new state s_i as the query.": partial(_wrong_luong_step, query="previous"),
-    "Your weights give weight to the padding: the softmax must be masked to the valid source "
-    "positions.": partial(_wrong_luong_step, mask="none"),
-    "Your padding's scores are set to 0, which still gives it weight: masked scores must become "
-    "-inf (weight 0).": partial(_wrong_luong_step, mask="zero"),
-    "Your weights are zeroed on the padding after the softmax, without renormalising: they no "
-    "longer sum to 1 (mask the scores before the softmax).": partial(_wrong_luong_step,
-                                                                    mask="after"),
-    "Your concatenation puts the state first: W_c takes [c_i; s_i], the context first.":
+    N_("Your query is the previous state (Bahdanau's order): Luong attends after the RNN step, "
+       "with the new state s_i as the query."): partial(_wrong_luong_step, query="previous"),
+    N_("Your weights give weight to the padding: the softmax must be masked to the valid source "
+       "positions."): partial(_wrong_luong_step, mask="none"),
+    N_("Your padding's scores are set to 0, which still gives it weight: masked scores must become "
+       "-inf (weight 0)."): partial(_wrong_luong_step, mask="zero"),
+    N_("Your weights are zeroed on the padding after the softmax, without renormalising: they no "
+       "longer sum to 1 (mask the scores before the softmax)."): partial(_wrong_luong_step,
+                                                                       mask="after"),
+    N_("Your concatenation puts the state first: W_c takes [c_i; s_i], the context first."):
         partial(_wrong_luong_step, order="state first"),
-    "Your attentional vector has no tanh: it is tanh(W_c [c_i; s_i]).":
+    N_("Your attentional vector has no tanh: it is tanh(W_c [c_i; s_i])."):
         partial(_wrong_luong_step, squash=False),
-    "Your W_a is transposed: the score is s_i W_a h_j, the state on W_a's left.":
+    N_("Your W_a is transposed: the score is s_i W_a h_j, the state on W_a's left."):
         partial(_wrong_luong_step, transpose=True),
-    "Your scores are divided by sqrt(H): Luong's general score is s_i W_a h_j, unscaled.":
+    N_("Your scores are divided by sqrt(H): Luong's general score is s_i W_a h_j, unscaled."):
         partial(_wrong_luong_step, scale=True),
-    "You return the previous state: the second result is the new state s_i.":
+    N_("You return the previous state: the second result is the new state s_i."):
         partial(_wrong_luong_step, state="old"),
-    "Your softmax normalises over the batch: each sentence's weights sum to 1 over its source "
-    "positions.": (partial(_wrong_luong_step, axis=0),
-                   partial(_wrong_luong_step, axis=0, mask="none")),
-    "Your weights keep the query axis, (B, 1, T_src): the exercise returns them as (B, T_src).":
+    N_("Your softmax normalises over the batch: each sentence's weights sum to 1 over its source "
+       "positions."): (partial(_wrong_luong_step, axis=0),
+                      partial(_wrong_luong_step, axis=0, mask="none")),
+    N_("Your weights keep the query axis, (B, 1, T_src): the exercise returns them as (B, T_src)."):
         partial(_wrong_luong_step, weights_shape="(B, 1, T_src)"),
-    "Your scores leave out W_a (a dot product s_i h_j): Luong's general score is s_i W_a h_j.":
+    N_("Your scores leave out W_a (a dot product s_i h_j): Luong's general score is s_i W_a h_j."):
         partial(_wrong_luong_step, score="dot"),
-    "You return the attentional vector as the state: the second result is the RNN's new state "
-    "s_i, the cell's output.": partial(_wrong_luong_step, state="attentional"),
-    "Your mask is inverted: the weights go to the padding and none to the valid source "
-    "positions.": Symptom(_inverted_mask),
-    "Your mask is off by one: a sentence's weights cover exactly its first valid_len source "
-    "positions.": tuple(partial(_wrong_luong_step, shift=shift) for shift in (1, -1)),
+    N_("You return the attentional vector as the state: the second result is the RNN's new state "
+       "s_i, the cell's output."): partial(_wrong_luong_step, state="attentional"),
+    N_("Your mask is inverted: the weights go to the padding and none to the valid source "
+       "positions."): Symptom(_inverted_mask),
+    N_("Your mask is off by one: a sentence's weights cover exactly its first valid_len source "
+       "positions."): tuple(partial(_wrong_luong_step, shift=shift) for shift in (1, -1)),
 }
 
 
@@ -265,27 +265,27 @@ def check_luong_step(fn: Callable, seed: int = 0, hint: int = 1, *,
         return f"{size_text(dict(B=B, E=E, H=H, T_src=T_src))}, valid_lens={valid_lens.tolist()}"
 
     fixed = [("", case(2, 3, 4, 5, [5, 5])),
-             ("padding holds large values", case(3, 2, 4, 6, [6, 2, 4], garbage=True)),
-             ("one valid source token", case(2, 3, 3, 4, [1, 1])),
-             ("a batch of one", case(1, 4, 5, 3, [3]))]
+             (N_("padding holds large values"), case(3, 2, 4, 6, [6, 2, 4], garbage=True)),
+             (N_("one valid source token"), case(2, 3, 3, 4, [1, 1])),
+             (N_("a batch of one"), case(1, 4, 5, 3, [3]))]
     random = [("", case(s["B"], s["E"], s["H"], s["T_src"]))
               for s in random_sizes(generator, 2, B=(1, 4), E=(1, 5), H=(2, 6), T_src=(1, 6))]
     cases = labelled(fixed + random, details)
     with torch.no_grad():
         run_check("luong_step", fn, cases, reference=_luong_step,
-                  hints=("In Luong's attention the RNN steps first, and its new state is the "
-                         "query. Check the order of the steps, and of what you concatenate.",
-                         "Run the cell on the embedded token first; score the encoder outputs "
-                         "against the new state through W_a, with the padding masked; the "
-                         "context is the weighted sum of the encoder outputs; the attentional "
-                         "state is tanh of W_c applied to the context and the new state side by "
-                         "side, context first.",
-                         "first s = cell(embedded, hidden); then use the NEW s as the query: "
-                         "scores (B, 1, T_src) = (s @ W_a)[:, None] @ enc_outputs.transpose(1, "
-                         "2); d2lh.masked_softmax(scores, valid_lens) keeps the padding out; the "
-                         "context is weights @ enc_outputs; concatenate the context first, then s "
-                         "(torch.cat([c, s], dim=-1)), apply W_c and tanh; return (attentional, "
-                         "s, weights (B, T_src))."),
+                  hints=(N_("In Luong's attention the RNN steps first, and its new state is the "
+                            "query. Check the order of the steps, and of what you concatenate."),
+                         N_("Run the cell on the embedded token first; score the encoder outputs "
+                            "against the new state through W_a, with the padding masked; the "
+                            "context is the weighted sum of the encoder outputs; the attentional "
+                            "state is tanh of W_c applied to the context and the new state side by "
+                            "side, context first."),
+                         N_("first s = cell(embedded, hidden); then use the NEW s as the query: "
+                            "scores (B, 1, T_src) = (s @ W_a)[:, None] @ enc_outputs.transpose(1, "
+                            "2); d2lh.masked_softmax(scores, valid_lens) keeps the padding out; "
+                            "the context is weights @ enc_outputs; concatenate the context first, "
+                            "then s (torch.cat([c, s], dim=-1)), apply W_c and tanh; return "
+                            "(attentional, s, weights (B, T_src)).")),
                   hint=hint, mistakes=_LUONG_STEP_MISTAKES, verbose=verbose)
 
 

@@ -11,7 +11,7 @@ import torch
 from ..attention import KVCache
 from ..decoding import Beams, advance_beams
 from .cases import labelled, randint, randn, random_sizes, seeded_generator
-from .runner import Symptom, exercise_check, run_check
+from .runner import N_, Symptom, exercise_check, run_check
 
 __all__ = ['check_advance_beams', 'check_follow_parents']
 
@@ -90,47 +90,48 @@ def _beams(**mistake) -> tuple:
 
 
 _ADVANCE_BEAMS_MISTAKES = {
-    "Your beams each keep their own best token: the k survivors are the best of all k * V "
-    "candidates of the sentence, several of them may extend one beam.": _beams(rank="by beam"),
-    "Your candidates' totals leave out their beam's log-probability: a candidate's total adds "
-    "its beam's log-probability to its token's.": _beams(totals="step"),
-    "Your candidate index is split with k instead of V: a sentence's k * V candidates are laid "
-    "out beam by beam, V tokens each.": tuple(
+    N_("Your beams each keep their own best token: the k survivors are the best of all k * V "
+       "candidates of the sentence, several of them may extend one beam."): _beams(rank="by beam"),
+    N_("Your candidates' totals leave out their beam's log-probability: a candidate's total adds "
+       "its beam's log-probability to its token's."): _beams(totals="step"),
+    N_("Your candidate index is split with k instead of V: a sentence's k * V candidates are laid "
+       "out beam by beam, V tokens each."): tuple(
         variant for unravel in ("by k", "divmod k")
         for gather in ("by index", "by parents and tokens")
         for variant in _beams(unravel=unravel, gather=gather)),
-    "Your top k runs over the whole batch: each sentence keeps its own k best candidates.":
+    N_("Your top k runs over the whole batch: each sentence keeps its own k best candidates."):
         _beams(rank="whole batch"),
-    "Your survivors come worst first: the k best candidates, best first.": (
+    N_("Your survivors come worst first: the k best candidates, best first."): (
         *_beams(order="worst first"), Symptom(_worst_first)),
-    "Your finished beams are extended like the others: a finished beam has one candidate, "
-    "itself, continued by <eos> at no cost.": _beams(finished_continue="like the others"),
-    "Your finished beams are dropped: a finished beam stays a candidate, itself, its "
-    "log-probability and length unchanged.": _beams(finished_continue="dropped"),
-    "Your finished beams pay for their <eos>: a finished beam continues at no cost, its "
-    "log-probability unchanged.": _beams(finished_continue="with <eos> paid"),
-    "Your finished beams grow longer: a finished beam keeps its length.": _beams(grow="all"),
-    "Your lengths do not grow: a candidate that extends an unfinished beam is one token longer.":
+    N_("Your finished beams are extended like the others: a finished beam has one candidate, "
+       "itself, continued by <eos> at no cost."): _beams(finished_continue="like the others"),
+    N_("Your finished beams are dropped: a finished beam stays a candidate, itself, its "
+       "log-probability and length unchanged."): _beams(finished_continue="dropped"),
+    N_("Your finished beams pay for their <eos>: a finished beam continues at no cost, its "
+       "log-probability unchanged."): _beams(finished_continue="with <eos> paid"),
+    N_("Your finished beams grow longer: a finished beam keeps its length."): _beams(grow="all"),
+    N_("Your lengths do not grow: a candidate that extends an unfinished beam is one token "
+       "longer."):
         _beams(grow="none"),
-    "Your candidates are ranked by their total log-probability: they are ranked by log P / "
-    "length^alpha.": _beams(normalise=False),
-    "Your scores multiply log P by the length penalty: they divide it by length^alpha.":
+    N_("Your candidates are ranked by their total log-probability: they are ranked by log P / "
+       "length^alpha."): _beams(normalise=False),
+    N_("Your scores multiply log P by the length penalty: they divide it by length^alpha."):
         _beams(normalise="multiplied"),
-    "Your scores divide by the length itself: the length penalty divides by the length to the "
-    "power alpha.": _beams(normalise="length"),
-    "Your new log_probs are the length-normalised scores: the beams keep their total "
-    "log-probabilities; the normalised score only ranks them.": _beams(returned="scores"),
-    "Your beams that produce <eos> are not marked finished: a candidate whose token is <eos> is "
-    "finished.": _beams(ended="parent only"),
-    "You return tokens before parents: the results are (log_probs, lengths, finished, parents, "
-    "tokens).": _beams(outputs="swapped"),
-    "Your length penalty uses the lengths before this step: a candidate that extends an "
-    "unfinished beam is ranked with its new length, one token longer.":
+    N_("Your scores divide by the length itself: the length penalty divides by the length to the "
+       "power alpha."): _beams(normalise="length"),
+    N_("Your new log_probs are the length-normalised scores: the beams keep their total "
+       "log-probabilities; the normalised score only ranks them."): _beams(returned="scores"),
+    N_("Your beams that produce <eos> are not marked finished: a candidate whose token is <eos> is "
+       "finished."): _beams(ended="parent only"),
+    N_("You return tokens before parents: the results are (log_probs, lengths, finished, parents, "
+       "tokens)."): _beams(outputs="swapped"),
+    N_("Your length penalty uses the lengths before this step: a candidate that extends an "
+       "unfinished beam is ranked with its new length, one token longer."):
         _beams(penalty_lengths="old"),
-    "Your new log_probs leave out the chosen token's log-probability: a survivor's total is its "
-    "parent's plus its token's.": _beams(returned="parents' totals"),
-    "Your lengths or finished flags stay in the order of the old beams: each survivor takes "
-    "those of its parent.": tuple(variant for reorder in (("finished",), ("lengths",), ())
+    N_("Your new log_probs leave out the chosen token's log-probability: a survivor's total is its "
+       "parent's plus its token's."): _beams(returned="parents' totals"),
+    N_("Your lengths or finished flags stay in the order of the old beams: each survivor takes "
+       "those of its parent."): tuple(variant for reorder in (("finished",), ("lengths",), ())
                                   for variant in _beams(reorder=reorder)),
 }
 
@@ -155,28 +156,28 @@ def check_advance_beams(fn: Callable, seed: int = 0, hint: int = 1, *,
 
     eos = 0
     fixed = []
-    fixed.append(("k = 1 (greedy decoding)",
+    fixed.append((N_("k = 1 (greedy decoding)"),
                   (*fresh(randn(generator, 2, 1).abs().neg(), 3), next_log_probs(2, 1, 6), eos, 0.0)))
     first = torch.full((2, 3), float("-inf"))
     first[:, 0] = 0.0  # only beam 0 is live: the first step of a search
-    fixed.append(("the first step: beams 1 and 2 not started (-inf)",
+    fixed.append((N_("the first step: beams 1 and 2 not started (-inf)"),
                   (*fresh(first), next_log_probs(2, 3, 7), eos, 0.6)))
-    fixed.append(("one beam far ahead: all survivors extend it",
+    fixed.append((N_("one beam far ahead: all survivors extend it"),
                   (*fresh(torch.tensor([[-0.5, -9.0, -10.0]]), 2), next_log_probs(1, 3, 5), eos, 0.0)))
     behind = next_log_probs(1, 2, 6)
     behind[0, 0] = torch.log_softmax(0.01 * torch.arange(6.0), dim=-1)  # beam 0: none stands out
     behind[0, 1, 3] = -0.01  # beam 1: one almost certain token
-    fixed.append(("a beam behind with one sure token overtakes",
+    fixed.append((N_("a beam behind with one sure token overtakes"),
                   (*fresh(torch.tensor([[-1.0, -1.5]]), 2), behind, eos, 0.0)))
     done = next_log_probs(1, 3, 6)
-    fixed.append(("beam 0 finished: it survives as it is, its length kept",
+    fixed.append((N_("beam 0 finished: it survives as it is, its length kept"),
                   (torch.tensor([[-1.2, -2.0, -2.5]]), torch.tensor([[2, 4, 4]]),
                    torch.tensor([[True, False, False]]), done, eos, 1.0)))
     ending = next_log_probs(1, 2, 5)
     ending[0, 0, eos] = -0.05  # beam 0 almost surely ends now
-    fixed.append(("a beam that produces <eos> becomes finished",
+    fixed.append((N_("a beam that produces <eos> becomes finished"),
                   (*fresh(torch.tensor([[-0.3, -0.4]]), 3), ending, eos, 0.6)))
-    fixed.append(("alpha = 1: a longer beam with a better mean wins",
+    fixed.append((N_("alpha = 1: a longer beam with a better mean wins"),
                   (torch.tensor([[-1.0, -1.5]]), torch.tensor([[1, 5]]),
                    torch.tensor([[True, False]]), torch.log_softmax(torch.tensor([[[0.0] * 4,
                                                                                  [0.0, 5.0, 0.0, 0.0]]]), -1),
@@ -201,21 +202,21 @@ def check_advance_beams(fn: Callable, seed: int = 0, hint: int = 1, *,
 
     cases = labelled(fixed + random, details)
     run_check("advance_beams", fn, cases, reference=reference,
-              hints=("A candidate's total adds its beam's log-probability to its token's; a finished "
-                     "beam has a single candidate, itself. Rank all k * V candidates of a sentence "
-                     "at once, by the score the length penalty gives them.",
-                     "A finished beam's only candidate is itself, at no cost and no extra "
-                     "length; every other candidate adds a token's log-probability and one to "
-                     "the length. Score all k * V candidates of a sentence by total / length ** "
-                     "alpha, keep the best k, and read each one's parent beam and token from its "
-                     "index.",
-                     "Where finished, replace the beam's step_log_probs by 0 for <eos> and -inf for "
-                     "every other token; candidates = log_probs[..., None] + step_log_probs; their "
-                     "lengths are lengths where finished, lengths + 1 elsewhere; score = candidates / "
-                     "length[..., None] ** alpha; flatten each sentence to (B, k * V), take "
-                     "topk(k) of the scores, candidate index c is beam c // V with token c % V; "
-                     "gather the totals, the lengths (by parent) and finished (by parent, or the "
-                     "token is <eos>)."),
+              hints=(N_("A candidate's total adds its beam's log-probability to its token's; a "
+                        "finished beam has a single candidate, itself. Rank all k * V candidates "
+                        "of a sentence at once, by the score the length penalty gives them."),
+                     N_("A finished beam's only candidate is itself, at no cost and no extra "
+                        "length; every other candidate adds a token's log-probability and one to "
+                        "the length. Score all k * V candidates of a sentence by total / length ** "
+                        "alpha, keep the best k, and read each one's parent beam and token from "
+                        "its index."),
+                     N_("Where finished, replace the beam's step_log_probs by 0 for <eos> and -inf "
+                        "for every other token; candidates = log_probs[..., None] + "
+                        "step_log_probs; their lengths are lengths where finished, lengths + 1 "
+                        "elsewhere; score = candidates / length[..., None] ** alpha; flatten each "
+                        "sentence to (B, k * V), take topk(k) of the scores, candidate index c is "
+                        "beam c // V with token c % V; gather the totals, the lengths (by parent) "
+                        "and finished (by parent, or the token is <eos>).")),
               hint=hint, mistakes=_ADVANCE_BEAMS_MISTAKES, verbose=verbose)
 
 
@@ -274,28 +275,28 @@ def _parents(**mistake):
 
 
 _FOLLOW_PARENTS_MISTAKES = {
-    "Your rows are the parents themselves: a parent numbers a beam of its own sentence (0 .. k-1), "
-    "and sentence b's beams are rows b * k .. b * k + k - 1 of the batch.":
+    N_("Your rows are the parents themselves: a parent numbers a beam of its own sentence (0 .. "
+       "k-1), and sentence b's beams are rows b * k .. b * k + k - 1 of the batch."):
         _parents(rows="parent"),
-    "Your rows take the batch as laid out otherwise: beam j of sentence b is row b * k + j, the "
-    "k beams of a sentence side by side.": (
+    N_("Your rows take the batch as laid out otherwise: beam j of sentence b is row b * k + j, the "
+       "k beams of a sentence side by side."): (
         _parents(rows="parent * B + b"), _parents(rows="parent * B + b", order="by beam"),
         _parents(rows="b * B + parent")),
-    "Your new rows receive the old ones where their children go: each new row copies the row of "
-    "its parent; several may copy one parent, and a beam with no child is dropped.":
+    N_("Your new rows receive the old ones where their children go: each new row copies the row of "
+       "its parent; several may copy one parent, and a beam with no child is dropped."):
         (_parents(copy="scatter"), _parents(copy="scatter into zeros")),
-    "Your copies read rows already overwritten: copied one by one into the same tensor, a row "
-    "gets a parent that an earlier copy replaced; read every parent from the old rows.":
+    N_("Your copies read rows already overwritten: copied one by one into the same tensor, a row "
+       "gets a parent that an earlier copy replaced; read every parent from the old rows."):
         _parents(copy="in place"),
-    "Your new tokens are placed before the rows are reordered: new_tokens is already in the "
-    "order of the new beams, so it goes after the parents' tokens.": _parents(append="before"),
-    "Your tokens so far stay where they were: a beam's tokens are its parent's, followed by its "
-    "new token.": _parents(append="not reordered"),
-    "Your keys and values do not follow the beams: a beam continues from its parent, so its "
-    "cached keys and values, both of them, are its parent's.": (
+    N_("Your new tokens are placed before the rows are reordered: new_tokens is already in the "
+       "order of the new beams, so it goes after the parents' tokens."): _parents(append="before"),
+    N_("Your tokens so far stay where they were: a beam's tokens are its parent's, followed by its "
+       "new token."): _parents(append="not reordered"),
+    N_("Your keys and values do not follow the beams: a beam continues from its parent, so its "
+       "cached keys and values, both of them, are its parent's."): (
         _parents(cache="none"), _parents(cache="keys"), _parents(cache="values")),
-    "Your keys and values are reordered along another axis than the beams': the rows of the "
-    "batch are their first axis, (B*k, h, t, d_k).": (_parents(axis=1), _parents(axis=2)),
+    N_("Your keys and values are reordered along another axis than the beams': the rows of the "
+       "batch are their first axis, (B*k, h, t, d_k)."): (_parents(axis=1), _parents(axis=2)),
 }
 
 
@@ -319,15 +320,15 @@ def check_follow_parents(fn: Callable, seed: int = 0, hint: int = 1, *,
         return tokens, keys, values, parents, randint(generator, 2, 19, parents.shape)
 
     zeros = partial(torch.zeros, dtype=torch.long)
-    fixed = [("B = 1: the survivors extend beams 2, 0 and 1",
+    fixed = [(N_("B = 1: the survivors extend beams 2, 0 and 1"),
               case(1, 3, 3, torch.tensor([[2, 0, 1]]))),
-             ("k = 1 (greedy): every beam continues itself", case(3, 1, 2, zeros(3, 1))),
-             ("two survivors extend beam 0 of sentence 1",
+             (N_("k = 1 (greedy): every beam continues itself"), case(3, 1, 2, zeros(3, 1))),
+             (N_("two survivors extend beam 0 of sentence 1"),
               case(2, 3, 2, torch.tensor([[0, 1, 2], [1, 0, 0]]))),
-             ("two beams swap in sentence 1",
+             (N_("two beams swap in sentence 1"),
               case(3, 2, 4, torch.tensor([[0, 1], [1, 0], [1, 1]]))),
-             ("more heads than rows (h = 4)", case(1, 2, 2, torch.tensor([[1, 1]]), h=4))]
-    fixed.append(("the first step: every beam extends beam 0, after <bos> alone",
+             (N_("more heads than rows (h = 4)"), case(1, 2, 2, torch.tensor([[1, 1]]), h=4))]
+    fixed.append((N_("the first step: every beam extends beam 0, after <bos> alone"),
                   case(2, 3, 1, zeros(2, 3))))
     random = []
     for s in random_sizes(generator, 2, B=(2, 4), k=(2, 4), t=(1, 5), h=(1, 3), d_k=(2, 4)):
@@ -340,17 +341,17 @@ def check_follow_parents(fn: Callable, seed: int = 0, hint: int = 1, *,
 
     cases = labelled(fixed + random, details)
     run_check("follow_parents", fn, cases, reference=_follow_parents,
-              hints=("New row b * k + j is beam j of sentence b, and parents[b, j] numbers a beam "
-                     "of the same sentence: which old row is that? Several new beams may share "
-                     "one parent.",
-                     "Old row of new beam (b, j): sentence b's block of k rows, offset by "
-                     "parents[b, j]. Gather the tokens and the cache's keys and values by those "
-                     "rows, then add the new tokens as a column.",
-                     "rows = b * k + parents[b, j] for every (b, j), flattened in that order to "
-                     "(B*k,) (torch.arange(B)[:, None] * k + parents); index the old tokens, keys "
-                     "and values with it along their first axis (indexing copies, so a parent "
-                     "read twice is no problem); then append new_tokens, flattened the same way, "
-                     "as the tokens' last column."),
+              hints=(N_("New row b * k + j is beam j of sentence b, and parents[b, j] numbers a "
+                        "beam of the same sentence: which old row is that? Several new beams may "
+                        "share one parent."),
+                     N_("Old row of new beam (b, j): sentence b's block of k rows, offset by "
+                        "parents[b, j]. Gather the tokens and the cache's keys and values by those "
+                        "rows, then add the new tokens as a column."),
+                     N_("rows = b * k + parents[b, j] for every (b, j), flattened in that order to "
+                        "(B*k,) (torch.arange(B)[:, None] * k + parents); index the old tokens, "
+                        "keys and values with it along their first axis (indexing copies, so a "
+                        "parent read twice is no problem); then append new_tokens, flattened the "
+                        "same way, as the tokens' last column.")),
               hint=hint, mistakes=_FOLLOW_PARENTS_MISTAKES, verbose=verbose)
 
 

@@ -10,7 +10,7 @@ import torch
 
 from ..attention import KVCache, MultiHeadAttention, causal_valid_lens, masked_softmax
 from .cases import case_label, randint, randn, random_sizes, seeded_generator, seeded_module
-from .runner import Symptom, exercise_check, run_check
+from .runner import N_, Symptom, exercise_check, run_check
 
 __all__ = ["check_induction_score", "check_head_ablation"]
 
@@ -68,29 +68,29 @@ def _heads_averaged(result, weights, tokens) -> bool:
 
 
 _INDUCTION_SCORE_MISTAKES = {
-    "Your score reads the weight on the earlier copy of the token itself (a duplicate-token "
-    "score): an induction head looks one step further, at the token that came after the copy.":
+    N_("Your score reads the weight on the earlier copy of the token itself (a duplicate-token "
+       "score): an induction head looks one step further, at the token that came after the copy."):
         partial(_induction_score, target=0),
-    "Your score reads the weight on the token before the earlier copy: an induction head looks "
-    "at the token after it.": partial(_induction_score, target=-1),
-    "Your average runs over every query: only the queries whose token occurred earlier in the "
-    "sequence have a copy to look for.": partial(_induction_score, queries="all"),
-    "Your score counts only the most recent earlier copy: a token seen twice before has two "
-    "tokens that followed it, and the weight on both counts.":
+    N_("Your score reads the weight on the token before the earlier copy: an induction head looks "
+       "at the token after it."): partial(_induction_score, target=-1),
+    N_("Your average runs over every query: only the queries whose token occurred earlier in the "
+       "sequence have a copy to look for."): partial(_induction_score, queries="all"),
+    N_("Your score counts only the most recent earlier copy: a token seen twice before has two "
+       "tokens that followed it, and the weight on both counts."):
         partial(_induction_score, occurrences="last"),
-    "Your score counts only the first earlier copy: a token seen twice before has two tokens "
-    "that followed it, and the weight on both counts.":
+    N_("Your score counts only the first earlier copy: a token seen twice before has two tokens "
+       "that followed it, and the weight on both counts."):
         partial(_induction_score, occurrences="first"),
-    "Your score counts copies that come later in the sequence: a query can look back only, so "
-    "only the copies before it (s < t) count.": partial(_induction_score, copies="anywhere"),
-    "Your score takes the largest weight on the tokens after the earlier copies: a query's score "
-    "is their sum.": partial(_induction_score, combine="max"),
-    "Your score averages each sequence first: average over all the counted queries of the "
-    "batch together, so that each query weighs the same.":
+    N_("Your score counts copies that come later in the sequence: a query can look back only, so "
+       "only the copies before it (s < t) count."): partial(_induction_score, copies="anywhere"),
+    N_("Your score takes the largest weight on the tokens after the earlier copies: a query's "
+       "score is their sum."): partial(_induction_score, combine="max"),
+    N_("Your score averages each sequence first: average over all the counted queries of the "
+       "batch together, so that each query weighs the same."):
         partial(_induction_score, average="per sequence"),
-    "Your score reads the weights transposed: weights[b, i, t, s] is the weight query t puts on "
-    "key s (rows are queries).": partial(_induction_score, read="columns"),
-    "Your score is averaged over the heads: return one score per head, shape (h,).":
+    N_("Your score reads the weights transposed: weights[b, i, t, s] is the weight query t puts on "
+       "key s (rows are queries)."): partial(_induction_score, read="columns"),
+    N_("Your score is averaged over the heads: return one score per head, shape (h,)."):
         Symptom(_heads_averaged),
 }
 
@@ -125,13 +125,13 @@ def check_induction_score(fn: Callable, seed: int = 0, hint: int = 1, *,
     (B, h, T, T), rows (queries) summing to 1; tokens (B, T)."""
     generator = seeded_generator(seed)
     distinct = torch.randperm(20, generator=generator)[:6]
-    fixed = [("a repeated sequence: a previous-token head and an exact induction head",
+    fixed = [(N_("a repeated sequence: a previous-token head and an exact induction head"),
               _ideal_heads(distinct)),
-             ("a token seen twice before (token 3 at positions 0 and 2)",
+             (N_("a token seen twice before (token 3 at positions 0 and 2)"),
               (_causal_weights(generator, 1, 2, 6), torch.tensor([[3, 1, 3, 4, 3, 1]]))),
-             ("the same token twice in a row",
+             (N_("the same token twice in a row"),
               (_causal_weights(generator, 1, 1, 5), torch.tensor([[2, 2, 0, 1, 2]]))),
-             ("two sequences, one with many repeats, one with few",
+             (N_("two sequences, one with many repeats, one with few"),
               (_causal_weights(generator, 2, 2, 8),
                torch.tensor([[0, 1, 0, 1, 0, 1, 0, 1], [5, 6, 7, 8, 9, 4, 3, 5]])))]
     random = []
@@ -142,18 +142,18 @@ def check_induction_score(fn: Callable, seed: int = 0, hint: int = 1, *,
     cases = [(case_label(what, f"weights {tuple(w.shape)}, tokens {t.tolist()}"), (w, t))
              for what, (w, t) in fixed + random]
     run_check("induction_score", fn, cases, reference=_induction_score,
-              hints=("For a query t, which keys hold the tokens that followed the earlier copies "
-                     "of token t? Which queries count in the average, and is it one score per "
-                     "head?",
-                     "Compare every query's token with every earlier token (s < t) of its own "
-                     "sequence; move each match one key to the right; the query's score is the "
-                     "weight its row puts on those keys. Average over the queries that have a "
-                     "match, all sequences together, separately for each head.",
-                     "same = tokens[:, :, None] == tokens[:, None, :] (B, T_q, T_k); keep s < t "
-                     "(torch.tril(..., diagonal=-1)); shift it one key to the right (key s + 1); "
-                     "sum weights * shifted over the keys, (B, h, T); average over the queries "
-                     "with some earlier copy (same & s < t, any over the keys), batch and "
-                     "positions together, one score per head."),
+              hints=(N_("For a query t, which keys hold the tokens that followed the earlier "
+                        "copies of token t? Which queries count in the average, and is it one "
+                        "score per head?"),
+                     N_("Compare every query's token with every earlier token (s < t) of its own "
+                        "sequence; move each match one key to the right; the query's score is the "
+                        "weight its row puts on those keys. Average over the queries that have a "
+                        "match, all sequences together, separately for each head."),
+                     N_("same = tokens[:, :, None] == tokens[:, None, :] (B, T_q, T_k); keep s < t "
+                        "(torch.tril(..., diagonal=-1)); shift it one key to the right (key s + "
+                        "1); sum weights * shifted over the keys, (B, h, T); average over the "
+                        "queries with some earlier copy (same & s < t, any over the keys), batch "
+                        "and positions together, one score per head.")),
               hint=hint, mistakes=_INDUCTION_SCORE_MISTAKES, verbose=verbose)
 
 
@@ -208,27 +208,27 @@ def _whole_layer(attention, X, head):
 
 
 _HEAD_ABLATION_MISTAKES = {
-    "Your layer still has every head: its output is the whole layer's.": _whole_layer,
-    "Your zeros land after W_o, on the head's slice of the output features: a head's output is "
-    "zeroed where it enters W_o, in W_o's input (the heads side by side), before the projection "
-    "mixes the heads.": partial(_without_head, zero="W_o's output"),
-    "Your queries and keys are not rotated: the notebook's layers apply rotary positions "
-    "(attention.rotary) to both before the scores.": partial(_without_head, rotate=False),
-    "Your head still writes: zeroing its queries (or its scores) makes its attention uniform, an "
-    "average of the values, not nothing.": partial(_without_head, zero="queries"),
-    "Your zeros take every h-th feature: head i owns the contiguous features i*d_k .. "
-    "(i+1)*d_k - 1 of W_o's input.": partial(_without_head, which="strided"),
-    "Your layer keeps only that head: the others stay, and the head asked for goes.":
+    N_("Your layer still has every head: its output is the whole layer's."): _whole_layer,
+    N_("Your zeros land after W_o, on the head's slice of the output features: a head's output is "
+       "zeroed where it enters W_o, in W_o's input (the heads side by side), before the projection "
+       "mixes the heads."): partial(_without_head, zero="W_o's output"),
+    N_("Your queries and keys are not rotated: the notebook's layers apply rotary positions "
+       "(attention.rotary) to both before the scores."): partial(_without_head, rotate=False),
+    N_("Your head still writes: zeroing its queries (or its scores) makes its attention uniform, "
+       "an average of the values, not nothing."): partial(_without_head, zero="queries"),
+    N_("Your zeros take every h-th feature: head i owns the contiguous features i*d_k .. "
+       "(i+1)*d_k - 1 of W_o's input."): partial(_without_head, which="strided"),
+    N_("Your layer keeps only that head: the others stay, and the head asked for goes."):
         partial(_without_head, which="all but"),
-    "Your head's output is replaced by its mean (mean ablation): the task takes the head out, "
-    "its output set to 0.": (partial(_without_head, replace="mean"),
-                             partial(_without_head, replace="batch mean")),
-    "Your zeroed head is the next one: heads are numbered from 0.":
+    N_("Your head's output is replaced by its mean (mean ablation): the task takes the head out, "
+       "its output set to 0."): (partial(_without_head, replace="mean"),
+                                partial(_without_head, replace="batch mean")),
+    N_("Your zeroed head is the next one: heads are numbered from 0."):
         partial(_without_head, which="next"),
-    "Your attention sees the future: the layer is causal, query t reads keys 0 .. t.":
+    N_("Your attention sees the future: the layer is causal, query t reads keys 0 .. t."):
         partial(_without_head, mask=None),
-    "Your result skips W_o: return what the layer returns, the heads (one zeroed) projected by "
-    "W_o.": partial(_without_head, project=False),
+    N_("Your result skips W_o: return what the layer returns, the heads (one zeroed) projected by "
+       "W_o."): partial(_without_head, project=False),
 }
 
 
@@ -240,11 +240,11 @@ def check_head_ablation(fn: Callable, seed: int = 0, hint: int = 1, *,
     head ``head`` writes nothing: its output, features head*d_k .. (head+1)*d_k - 1 of W_o's
     input, set to 0. Must leave ``attention`` as it was."""
     generator = seeded_generator(seed)
-    fixed = [("rotary positions, as in the notebook's model", dict(h=2, d_k=4, B=2, T=5),
+    fixed = [(N_("rotary positions, as in the notebook's model"), dict(h=2, d_k=4, B=2, T=5),
               True, 1),
-             ("head 0 of 4, no rotation", dict(h=4, d_k=2, B=1, T=6), False, 0),
-             ("the last of 3 heads", dict(h=3, d_k=2, B=2, T=4), True, 2),
-             ("one position", dict(h=2, d_k=2, B=1, T=1), False, 1)]
+             (N_("head 0 of 4, no rotation"), dict(h=4, d_k=2, B=1, T=6), False, 0),
+             (N_("the last of 3 heads"), dict(h=3, d_k=2, B=2, T=4), True, 2),
+             (N_("one position"), dict(h=2, d_k=2, B=1, T=1), False, 1)]
     for s in random_sizes(generator, 2, h=(2, 4), half_d_k=(1, 3), B=(1, 3), T=(2, 7)):
         head = int(randint(generator, 0, s["h"] - 1))
         fixed.append(("", dict(h=s["h"], d_k=2 * s["half_d_k"], B=s["B"], T=s["T"]), True, head))
@@ -257,19 +257,20 @@ def check_head_ablation(fn: Callable, seed: int = 0, hint: int = 1, *,
                  f"rotary={rotary}, head={head}")
         cases.append((case_label(what, label), (attention, X, head)))
     run_check("without_head", fn, cases, reference=_without_head,
-              hints=("Where do the heads' outputs sit side by side before they are mixed? Set "
-                     "the part that belongs to the head asked for to 0 there, and nowhere else.",
-                     "Head i owns features i*d_k .. (i+1)*d_k - 1 of W_o's input (B, T, h*d_k). "
-                     "Zero them there on the way in (a hook you remove afterwards), or subtract "
-                     "the head's own term from the whole layer's output; leave attention's "
-                     "weights and hooks as they were.",
-                     "W_o's input (B, T, h*d_k) holds head i in features i*d_k .. (i+1)*d_k - 1: "
-                     "either multiply it by a mask there (a forward pre-hook on attention.W_o, "
-                     "removed afterwards), or compute the whole layer and subtract the head's "
-                     "term, heads[:, i] @ W_o.weight[:, i*d_k:(i+1)*d_k].T, with the head's "
-                     "output from its weights (attention.step(X, d2lh.KVCache(), "
-                     "need_weights=True) keeps them in attention.attention_weights) and its "
-                     "values."),
+              hints=(N_("Where do the heads' outputs sit side by side before they are mixed? Set "
+                        "the part "
+                        "that belongs to the head asked for to 0 there, and nowhere else."),
+                     N_("Head i owns features i*d_k .. (i+1)*d_k - 1 of W_o's input (B, T, h*d_k). "
+                        "Zero them there on the way in (a hook you remove afterwards), or subtract "
+                        "the head's own term from the whole layer's output; leave attention's "
+                        "weights and hooks as they were."),
+                     N_("W_o's input (B, T, h*d_k) holds head i in features i*d_k .. (i+1)*d_k - "
+                        "1: either multiply it by a mask there (a forward pre-hook on "
+                        "attention.W_o, removed afterwards), or compute the whole layer and "
+                        "subtract the head's term, heads[:, i] @ W_o.weight[:, i*d_k:(i+1)*d_k].T, "
+                        "with the head's output from its weights (attention.step(X, "
+                        "d2lh.KVCache(), need_weights=True) keeps them in "
+                        "attention.attention_weights) and its values.")),
               hint=hint, mistakes=_HEAD_ABLATION_MISTAKES, verbose=verbose)
 
 

@@ -10,7 +10,7 @@ import torch
 
 from .cases import (labelled, randint, randn, random_choice, random_lengths, random_sizes,
                     seeded_generator)
-from .runner import exercise_check, run_check
+from .runner import N_, _, exercise_check, run_check
 
 __all__ = ['check_real_token_smoothing', 'check_adam_steps']
 
@@ -72,51 +72,52 @@ def _wrong_smoothing(logits, targets, valid_lens, eps, real_tokens, spread="real
 
 
 _REAL_TOKEN_SMOOTHING_MISTAKES = {
-    "Your smoothing spreads eps over all V tokens: here it goes to the real tokens only, none to "
-    "<pad> or <bos>.": (partial(_wrong_smoothing, spread="all"),
-                        partial(_wrong_smoothing, spread="all", log="dense")),
-    "Your uniform part divides by V: eps is shared by the R real tokens, so the sum over them is "
-    "divided by R.": partial(_wrong_smoothing, divide="V"),
-    "Your uniform part divides by R - 1: eps is shared by the R real tokens, the target included, "
-    "so the sum over them is divided by R.": partial(_wrong_smoothing, divide="R - 1"),
-    "Your uniform part is a sum over the real tokens: it is their mean (eps / R each).":
+    N_("Your smoothing spreads eps over all V tokens: here it goes to the real tokens only, none "
+       "to <pad> or <bos>."): (partial(_wrong_smoothing, spread="all"),
+                           partial(_wrong_smoothing, spread="all", log="dense")),
+    N_("Your uniform part divides by V: eps is shared by the R real tokens, so the sum over them "
+       "is divided by R."): partial(_wrong_smoothing, divide="V"),
+    N_("Your uniform part divides by R - 1: eps is shared by the R real tokens, the target "
+       "included, so the sum over them is divided by R."): partial(_wrong_smoothing,
+                                                                  divide="R - 1"),
+    N_("Your uniform part is a sum over the real tokens: it is their mean (eps / R each)."):
         partial(_wrong_smoothing, uniform_part="sum"),
-    "Your log-probabilities are the log of the softmax, which underflows to -inf for a very "
-    "unlikely token: log_softmax computes them without that.": partial(_wrong_smoothing,
-                                                                      log="log(softmax)"),
-    "Your loss multiplies the target distribution by log p over every token: where a token is "
-    "not real its -inf log-probability times 0 is NaN; sum over the real tokens only.":
+    N_("Your log-probabilities are the log of the softmax, which underflows to -inf for a very "
+       "unlikely token: log_softmax computes them without that."): partial(_wrong_smoothing,
+                                                                         log="log(softmax)"),
+    N_("Your loss multiplies the target distribution by log p over every token: where a token is "
+       "not real its -inf log-probability times 0 is NaN; sum over the real tokens only."):
         partial(_wrong_smoothing, log="dense"),
-    "Your loss removes the padding by multiplying with a 0/1 mask: 0 * NaN is NaN; select the "
-    "valid positions instead.": partial(_wrong_smoothing, padding="multiplied"),
-    "Your loss averages over every position, padding included: only the valid positions count.":
+    N_("Your loss removes the padding by multiplying with a 0/1 mask: 0 * NaN is NaN; select the "
+       "valid positions instead."): partial(_wrong_smoothing, padding="multiplied"),
+    N_("Your loss averages over every position, padding included: only the valid positions count."):
         partial(_wrong_smoothing, padding="kept"),
-    "Your loss is a sum over the valid positions: the exercise asks for their mean.":
+    N_("Your loss is a sum over the valid positions: the exercise asks for their mean."):
         partial(_wrong_smoothing, average="sum"),
-    "Your loss averages each sentence first, then the sentences: the mean is over all the valid "
-    "positions together.": partial(_wrong_smoothing, average="sentences"),
-    "Your weights are swapped: the target keeps 1 - eps and the uniform part gets eps.":
+    N_("Your loss averages each sentence first, then the sentences: the mean is over all the valid "
+       "positions together."): partial(_wrong_smoothing, average="sentences"),
+    N_("Your weights are swapped: the target keeps 1 - eps and the uniform part gets eps."):
         partial(_wrong_smoothing, weights="swapped"),
-    "Your target keeps its full weight: with smoothing it gets 1 - eps, and the real tokens "
-    "share eps.": partial(_wrong_smoothing, target_weight="1"),
-    "Your uniform part covers the tokens that are not real: it covers those where real_tokens is "
-    "True.": partial(_wrong_smoothing, spread="not real"),
-    "Your uniform part assumes that the first two tokens are the special ones: real_tokens says "
-    "which tokens are real.": partial(_wrong_smoothing, spread="after two"),
-    "Your uniform part leaves out the target: eps / R goes to every real token, the target "
-    "included.": partial(_wrong_smoothing, target_in_uniform=False),
-    "Your loss is the plain cross-entropy: with smoothing, the target keeps 1 - eps and the real "
-    "tokens share eps.": partial(_wrong_smoothing, eps_used=False),
-    "Your loss has no uniform part: besides (1 - eps) times the target's -log p, it adds eps "
-    "times the mean of -log p over the real tokens.": partial(_wrong_smoothing,
-                                                              uniform_part="none"),
-    "Your uniform part uses the target's log-probability alone: eps is spread over all the real "
-    "tokens, so it takes the mean of -log p over them.": tuple(
+    N_("Your target keeps its full weight: with smoothing it gets 1 - eps, and the real tokens "
+       "share eps."): partial(_wrong_smoothing, target_weight="1"),
+    N_("Your uniform part covers the tokens that are not real: it covers those where real_tokens "
+       "is True."): partial(_wrong_smoothing, spread="not real"),
+    N_("Your uniform part assumes that the first two tokens are the special ones: real_tokens says "
+       "which tokens are real."): partial(_wrong_smoothing, spread="after two"),
+    N_("Your uniform part leaves out the target: eps / R goes to every real token, the target "
+       "included."): partial(_wrong_smoothing, target_in_uniform=False),
+    N_("Your loss is the plain cross-entropy: with smoothing, the target keeps 1 - eps and the "
+       "real tokens share eps."): partial(_wrong_smoothing, eps_used=False),
+    N_("Your loss has no uniform part: besides (1 - eps) times the target's -log p, it adds eps "
+       "times the mean of -log p over the real tokens."): partial(_wrong_smoothing,
+                                                                 uniform_part="none"),
+    N_("Your uniform part uses the target's log-probability alone: eps is spread over all the real "
+       "tokens, so it takes the mean of -log p over them."): tuple(
         partial(_wrong_smoothing, uniform_part=part, target_weight=weight)
         for part in ("the target's", "the target's, in full") for weight in ("1", "1 - eps")
         if (part, weight) != ("the target's, in full", "1 - eps")),
-    "Your log-probabilities are normalised over another axis than the vocabulary (the positions "
-    "or the batch): log_softmax runs over the last axis.": tuple(
+    N_("Your log-probabilities are normalised over another axis than the vocabulary (the positions "
+       "or the batch): log_softmax runs over the last axis."): tuple(
         partial(_wrong_smoothing, log=axis) for axis in (0, 1)),
 }
 
@@ -143,39 +144,44 @@ def check_real_token_smoothing(fn: Callable, seed: int = 0, hint: int = 1, *,
         return logits, targets, valid_lens, eps, real
 
     fixed = []
-    logits, targets, valid_lens, _, real = case(3, 5, 9, 0.1, valid_lens=torch.tensor([5, 3, 4]))
-    fixed.append(("every token real (the notebook's smoothing)",
+    logits, targets, valid_lens, _eps, real = case(3, 5, 9, 0.1,
+                                                   valid_lens=torch.tensor([5, 3, 4]))
+    fixed.append((N_("every token real (the notebook's smoothing)"),
                   (logits, targets, valid_lens, 0.1, torch.ones(9, dtype=torch.bool))))
-    fixed.append(("eps = 0 (plain cross-entropy)", (logits, targets, valid_lens, 0.0, real)))
-    fixed.append(("<pad> and <bos> not real", (logits, targets, valid_lens, 0.1, real)))
+    fixed.append((N_("eps = 0 (plain cross-entropy)"), (logits, targets, valid_lens, 0.0, real)))
+    fixed.append((N_("<pad> and <bos> not real"), (logits, targets, valid_lens, 0.1, real)))
     confident = torch.zeros(1, 1, 9)
     confident[0, 0, 4] = 200.0  # softmax underflows to 0 on every other token
-    fixed.append(("a logit 200 above the others",
+    fixed.append((N_("a logit 200 above the others"),
                   (confident, torch.tensor([[4]]), torch.tensor([1]), 0.1, real)))
     never = logits.clone()
     never[..., ~real] = float("-inf")  # a model that can never output <pad> or <bos>
-    fixed.append(("the logits of <pad> and <bos> are -inf", (never, targets, valid_lens, 0.1, real)))
+    fixed.append((N_("the logits "
+                     "of <pad> and <bos> are -inf"), (never, targets, valid_lens, 0.1, real)))
     garbage = logits.clone()
     garbage[1, 3:] = float("nan")  # padding positions holding garbage
-    fixed.append(("NaN logits in the padding", (garbage, targets, valid_lens, 0.1, real)))
+    fixed.append((N_("NaN logits in the padding"), (garbage, targets, valid_lens, 0.1, real)))
     random = [("", case(s["B"], s["T"], s["V"], 0.2, num_special=3))
               for s in random_sizes(generator, 2, B=(1, 4), T=(2, 7), V=(5, 20))]
-    cases = labelled(fixed + random, lambda logits, targets, valid_lens, eps, real: (
-        f"logits {tuple(logits.shape)}, valid_lens {valid_lens.tolist()}, eps={eps:g}, "
-        f"{int(real.sum())} real tokens of {len(real)}"))
+    def details(logits, targets, valid_lens, eps, real):
+        return _("logits {shape}, valid_lens {valid_lens}, eps={eps}, {real} real tokens of "
+                 "{tokens}").format(shape=tuple(logits.shape), valid_lens=valid_lens.tolist(),
+                                    eps=f"{eps:g}", real=int(real.sum()), tokens=len(real))
+
+    cases = labelled(fixed + random, details)
     run_check("real_token_smoothing", fn, cases, reference=_real_token_smoothing,
-              hints=("Read the input your function failed on: a huge logit, -inf logits, NaN in "
-                     "the padding? Each one trips a different step of the computation.",
-                     "Work in log-probabilities from log_softmax; the uniform part averages over "
-                     "the real tokens only (their number, not V); select the valid positions "
-                     "rather than multiplying by a mask, so that NaN or -inf elsewhere never "
-                     "enters.",
-                     "log_p = torch.log_softmax(logits, dim=-1) (never log(softmax): it "
-                     "underflows to -inf); the uniform part is the mean of -log_p over the real "
-                     "tokens only (log_p[..., real_tokens].mean(-1): divide by their number, not "
-                     "by V), so the -inf of a token that is not real never enters; keep the valid "
-                     "positions by selecting them (torch.where or indexing), never by multiplying "
-                     "with a 0/1 mask, since 0 * NaN is NaN."),
+              hints=(N_("Read the input your function failed on: a huge logit, -inf logits, NaN in "
+                        "the padding? Each one trips a different step of the computation."),
+                     N_("Work in log-probabilities from log_softmax; the uniform part averages "
+                        "over the real tokens only (their number, not V); select the valid "
+                        "positions rather than multiplying by a mask, so that NaN or -inf "
+                        "elsewhere never enters."),
+                     N_("log_p = torch.log_softmax(logits, dim=-1) (never log(softmax): it "
+                        "underflows to -inf); the uniform part is the mean of -log_p over the real "
+                        "tokens only (log_p[..., real_tokens].mean(-1): divide by their number, "
+                        "not by V), so the -inf of a token that is not real never enters; keep the "
+                        "valid positions by selecting them (torch.where or indexing), never by "
+                        "multiplying with a 0/1 mask, since 0 * NaN is NaN.")),
               hint=hint, mistakes=_REAL_TOKEN_SMOOTHING_MISTAKES, verbose=verbose)
 
 
@@ -193,8 +199,8 @@ class _Schedule:
         if isinstance(step, torch.Tensor):
             step = step.item()
         if step != int(step) or step < 1:
-            raise ValueError(f"the schedule counts updates from 1 (the first update is number 1), "
-                             f"got {step!r}")
+            raise ValueError(_("the schedule counts updates from 1 (the first update is number "
+                               "1), got {step}").format(step=repr(step)))
         if self.kind == "constant":
             return self.lr
         step = max(step, self.warmup) if self.kind == "no warm-up" else step
@@ -202,8 +208,10 @@ class _Schedule:
 
     def __repr__(self) -> str:
         if self.kind == "constant":
-            return f"constant {self.lr:g}"
-        return f"{self.kind}, peak {self.lr:g} at update {self.warmup}"
+            return _("constant {lr}").format(lr=f"{self.lr:g}")
+        return {"warm-up": _("warm-up, peak {lr} at update {warmup}"),
+                "no warm-up": _("no warm-up, peak {lr} at update {warmup}")}[self.kind].format(
+            lr=f"{self.lr:g}", warmup=self.warmup)
 
 
 def _adam_steps(grads, schedule, betas, eps):
@@ -256,37 +264,37 @@ def _adam(**mistake):
 
 
 _ADAM_STEPS_MISTAKES = {
-    "Your steps go up the gradient: an update moves the parameters against it, -lr * m_hat / "
-    "(sqrt(v_hat) + eps).": _adam(direction="ascent"),
-    "Your result is the parameters after each update, the steps added up: the exercise asks for "
-    "each update's own step.": _adam(returned="parameters"),
-    "Your running means start afresh at every update: m and v carry over from one update to the "
-    "next, that is what makes them running means.": _adam(memory="afresh"),
-    "Your running means give the new gradient the weight beta: beta is the weight of the past "
-    "(m_s = beta1 m_{s-1} + (1 - beta1) g_s), close to 1 for a long memory.":
+    N_("Your steps go up the gradient: an update moves the parameters against it, -lr * m_hat / "
+       "(sqrt(v_hat) + eps)."): _adam(direction="ascent"),
+    N_("Your result is the parameters after each update, the steps added up: the exercise asks for "
+       "each update's own step."): _adam(returned="parameters"),
+    N_("Your running means start afresh at every update: m and v carry over from one update to the "
+       "next, that is what makes them running means."): _adam(memory="afresh"),
+    N_("Your running means give the new gradient the weight beta: beta is the weight of the past "
+       "(m_s = beta1 m_{s-1} + (1 - beta1) g_s), close to 1 for a long memory."):
         _adam(average="swapped"),
-    "Your betas are swapped: beta1 averages the gradients, beta2 their squares.":
+    N_("Your betas are swapped: beta1 averages the gradients, beta2 their squares."):
         _adam(swap_betas=True),
-    "Your second running mean averages the gradients, not their squares.": _adam(square="g"),
-    "Your steps have no bias correction: m and v start at 0, so early on they are too small; "
-    "dividing by 1 - beta^s undoes that.": _adam(correct="none"),
-    "Your steps correct the bias of the gradients' mean only: the mean of their squares starts "
-    "at 0 too and needs its own correction, 1 - beta2^s.": _adam(correct="m only"),
-    "Your steps correct the bias of the squares' mean only: the gradients' mean starts at 0 too "
-    "and needs its own correction, 1 - beta1^s.": _adam(correct="v only"),
-    "Your bias correction counts the updates from 0: at update s it divides by 1 - beta^s with "
-    "s = 1 for the first update, never by 1 - beta^0 = 0.": _adam(correct="from 0"),
-    "Your step divides by the mean of the squares itself: it divides by its square root, so "
-    "that the step no longer depends on the gradients' scale.": _adam(root=False),
-    "Your eps is inside the square root: it is added to sqrt(v_hat), where it only keeps the "
-    "division finite.": _adam(eps_at="inside"),
-    "Your step has no eps: where a gradient has always been 0, m_hat / sqrt(v_hat) is 0 / 0.":
+    N_("Your second running mean averages the gradients, not their squares."): _adam(square="g"),
+    N_("Your steps have no bias correction: m and v start at 0, so early on they are too small; "
+       "dividing by 1 - beta^s undoes that."): _adam(correct="none"),
+    N_("Your steps correct the bias of the gradients' mean only: the mean of their squares starts "
+       "at 0 too and needs its own correction, 1 - beta2^s."): _adam(correct="m only"),
+    N_("Your steps correct the bias of the squares' mean only: the gradients' mean starts at 0 too "
+       "and needs its own correction, 1 - beta1^s."): _adam(correct="v only"),
+    N_("Your bias correction counts the updates from 0: at update s it divides by 1 - beta^s with "
+       "s = 1 for the first update, never by 1 - beta^0 = 0."): _adam(correct="from 0"),
+    N_("Your step divides by the mean of the squares itself: it divides by its square root, so "
+       "that the step no longer depends on the gradients' scale."): _adam(root=False),
+    N_("Your eps is inside the square root: it is added to sqrt(v_hat), where it only keeps the "
+       "division finite."): _adam(eps_at="inside"),
+    N_("Your step has no eps: where a gradient has always been 0, m_hat / sqrt(v_hat) is 0 / 0."):
         _adam(eps_at="none"),
-    "Your update s uses the learning rate of update s + 1: the schedule counts updates from 1, "
-    "as your loop does; LambdaLR's shift by one is for LambdaLR only.":
+    N_("Your update s uses the learning rate of update s + 1: the schedule counts updates from 1, "
+       "as your loop does; LambdaLR's shift by one is for LambdaLR only."):
         _adam(rate="schedule(s + 1)"),
-    "Your learning rate scales the gradients before Adam averages them: Adam divides by their "
-    "size, so the rate must multiply the step itself.": _adam(rate="scales the gradients"),
+    N_("Your learning rate scales the gradients before Adam averages them: Adam divides by their "
+       "size, so the rate must multiply the step itself."): _adam(rate="scales the gradients"),
 }
 
 
@@ -304,20 +312,20 @@ def check_adam_steps(fn: Callable, seed: int = 0, hint: int = 1, *,
         return torch.tensor(values, dtype=torch.float64)
 
     fixed = [
-        ("one update: every parameter moves by the learning rate",
+        (N_("one update: every parameter moves by the learning rate"),
          (rows([0.05, -2.0, 300.0]), _Schedule("constant", 0.1), paper, 1e-9)),
-        ("a parameter whose gradient is always 0",
+        (N_("a parameter whose gradient is always 0"),
          (rows([0.5, 0.0], [-1.0, 0.0], [2.0, 0.0]), _Schedule("constant", 0.1), paper, 1e-9)),
-        ("tiny gradients (1e-10), below eps",
+        (N_("tiny gradients (1e-10), below eps"),
          (rows([1e-10, -3e-10], [2e-10, -1e-10]), _Schedule("constant", 0.1), paper, 1e-9)),
-        ("PyTorch's default betas (0.9, 0.999), gradients that flip sign",
+        (N_("PyTorch's default betas (0.9, 0.999), gradients that flip sign"),
          (rows([1.0, -0.5], [-1.0, 0.5], [1.0, 0.5], [-1.0, -0.5]),
           _Schedule("constant", 0.05), (0.9, 0.999), 1e-8)),
     ]
     grads = randn(generator, 6, 3, dtype=torch.float64) * rows([1e-3, 1.0, 1e3])
-    fixed.append(("the warm-up schedule, gradients of sizes 1e-3, 1 and 1e3",
+    fixed.append((N_("the warm-up schedule, gradients of sizes 1e-3, 1 and 1e3"),
                   (grads, _Schedule("warm-up", 0.03, warmup=3), paper, 1e-9)))
-    fixed.append(("the same gradients times 1e-3, as clipping would scale them",
+    fixed.append((N_("the same gradients times 1e-3, as clipping would scale them"),
                   (grads * 1e-3, _Schedule("warm-up", 0.03, warmup=3), paper, 1e-9)))
     random = []
     for s in random_sizes(generator, 2, S=(2, 8), n=(1, 4), warmup=(1, 4)):
@@ -331,15 +339,15 @@ def check_adam_steps(fn: Callable, seed: int = 0, hint: int = 1, *,
 
     cases = labelled(fixed + random, details)
     run_check("adam_steps", fn, cases, reference=_adam_steps, atol=1e-10, rtol=1e-5,
-              hints=("Keep m and v from one update to the next, and count the updates from 1: "
-                     "the bias correction and the schedule both use that count.",
-                     "m and v start at 0 and carry over; at update s (from 1) both are "
-                     "bias-corrected by 1 - beta ** s, and the step is minus the schedule's "
-                     "learning rate at s times m_hat / (sqrt(v_hat) + eps).",
-                     "m = v = zeros (n,); for s = 1 .. S with g = grads[s - 1]: m = beta1 * m + "
-                     "(1 - beta1) * g, v = beta2 * v + (1 - beta2) * g * g; m_hat = m / (1 - "
-                     "beta1 ** s), v_hat = v / (1 - beta2 ** s); step = -schedule(s) * m_hat / "
-                     "(v_hat.sqrt() + eps); stack the S steps."),
+              hints=(N_("Keep m and v from one update to the next, and count the updates from 1: "
+                        "the bias correction and the schedule both use that count."),
+                     N_("m and v start at 0 and carry over; at update s (from 1) both are "
+                        "bias-corrected by 1 - beta ** s, and the step is minus the schedule's "
+                        "learning rate at s times m_hat / (sqrt(v_hat) + eps)."),
+                     N_("m = v = zeros (n,); for s = 1 .. S with g = grads[s - 1]: m = beta1 * m + "
+                        "(1 - beta1) * g, v = beta2 * v + (1 - beta2) * g * g; m_hat = m / (1 - "
+                        "beta1 ** s), v_hat = v / (1 - beta2 ** s); step = -schedule(s) * m_hat / "
+                        "(v_hat.sqrt() + eps); stack the S steps.")),
               hint=hint, mistakes=_ADAM_STEPS_MISTAKES, verbose=verbose)
 
 
