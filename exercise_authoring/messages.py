@@ -30,6 +30,7 @@ __all__ = ["PLACEHOLDER", "catalogue_of", "compiled", "message_catalogues", "mes
 
 PLACEHOLDER = re.compile(r"(?<!\{)\{[^{}]*\}(?!\})")  # {name}, {value:.4g}; not {{ or }}
 _KEYWORDS = {"_": None, "N_": None}
+_HAN = re.compile(r"[\u4e00-\u9fff]")
 
 
 def _root() -> Path:
@@ -144,8 +145,13 @@ def message_problems(msgid: str, msgstr: str) -> list[str]:
     if msgid.count("\n") != msgstr.count("\n"):
         problems.append(f"the English has {msgid.count(chr(10))} line break(s), the translation "
                         f"{msgstr.count(chr(10))}")
-    if msgid.startswith(" ") != msgstr.startswith(" ") or msgid.endswith(" ") != msgstr.endswith(" "):
-        problems.append("the translation must begin and end with a space where the English does")
+    # a space that joins a message to English words around it: kept, but Chinese needs none
+    # before or after a Chinese character
+    lost = [(msgid.startswith(" ") and not msgstr.startswith(" ") and not _HAN.match(msgstr)),
+            (msgid.endswith(" ") and not msgstr.endswith(" ") and not _HAN.match(msgstr[-1:]))]
+    if any(lost) or (msgstr.startswith(" ") and not msgid.startswith(" ")):
+        problems.append("the translation must begin and end with a space where the English does "
+                        "(unless it begins or ends with a Chinese character)")
     return problems
 
 

@@ -28,7 +28,7 @@ import torch
 
 import d2lhelpers as d2lh
 from d2lhelpers import exercises
-from d2lhelpers.exercises import ExerciseCheckFailed
+from d2lhelpers.exercises import ExerciseCheckFailed, runner
 
 
 class CheckTests:
@@ -109,7 +109,8 @@ class CheckTests:
             assert HAN.search(failure.value.diagnosis), failure.value.diagnosis
             assert message.startswith(failure.value.diagnosis.split("\n")[0][:20])
         lines = message.split("\n")
-        head = lines[1] if failure.value.diagnosis else lines[0]
+        head = lines[runner._wrap(failure.value.diagnosis).count("\n") + 1
+                     if failure.value.diagnosis else 0]
         assert HAN.search(head), f"the failure's first line is not Chinese: {head}"
         assert "\n提示：" in message and "\nHint" not in message
         assert "  输入：" in message and "input:" not in message

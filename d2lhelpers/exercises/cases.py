@@ -76,7 +76,7 @@ def size_text(sizes: dict) -> str:
 
 def case_label(what: str, details: str) -> str:
     """A case's description: what is special about it (if anything), then its sizes."""
-    return f"{_(what)}, {details}" if what else details
+    return _("{what}, {details}").format(what=_(what), details=details) if what else details
 
 
 def labelled(entries: Sequence[tuple[str, tuple]],
