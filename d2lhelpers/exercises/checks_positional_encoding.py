@@ -15,7 +15,7 @@ from ..attention import masked_softmax, sequence_mask, valid_lens_to_mask
 from ..positional import PositionalEncoding
 from .cases import (MASK_KINDS, case_label, labelled, mask_inverted, randn, random_choice,
                     random_floats, random_sizes, seeded_generator, size_text, valid_lens_case)
-from .runner import Symptom, exercise_check, run_check
+from .runner import N_, Symptom, _, exercise_check, run_check
 
 __all__ = ['check_sinusoidal_table', 'check_offset_attention', 'check_relative_self_attention']
 
@@ -76,33 +76,34 @@ def _one_column_too_many(P, max_len, d) -> bool:
 
 
 _SINUSOIDAL_TABLE_MISTAKES = {
-    "Your frequencies use the exponent j/d: pair j (columns 2j and 2j+1) uses 2j/d, the index of "
-    "its sine column.": partial(_wrong_table, exponent="j"),
-    "Your frequencies use the exponent 4j/d: pair j uses 2j/d; did you double an index that is "
-    "already 2j?": partial(_wrong_table, exponent="4j"),
-    "Your positions are multiplied by 10000^(2j/d): they are divided by it (the frequencies fall "
-    "from 1 as j grows).": partial(_wrong_table, exponent="-2j"),
-    "Your table puts all the sines first, then all the cosines: they alternate, sine in column "
-    "2j, cosine in column 2j+1.": (partial(_wrong_table, layout="halves"),
-                                   partial(_wrong_table, layout="halves", first="cos")),
-    "Your table has the cosines in the even columns and the sines in the odd ones: column 2j "
-    "holds the sine.": partial(_wrong_table, first="cos"),
-    "Your cosine columns use their own index in the exponent, (2j+1)/d: the cosine of column "
-    "2j+1 shares the frequency of the sine before it.": partial(_wrong_table,
-                                                               cosine_own_index=True),
-    "Your positions start at 1: row i of the table is position i, counting from 0.":
+    N_("Your frequencies use the exponent j/d: pair j (columns 2j and 2j+1) uses 2j/d, the index "
+       "of its sine column."): partial(_wrong_table, exponent="j"),
+    N_("Your frequencies use the exponent 4j/d: pair j uses 2j/d; did you double an index that is "
+       "already 2j?"): partial(_wrong_table, exponent="4j"),
+    N_("Your positions are multiplied by 10000^(2j/d): they are divided by it (the frequencies "
+       "fall from 1 as j grows)."): partial(_wrong_table, exponent="-2j"),
+    N_("Your table puts all the sines first, then all the cosines: they alternate, sine in column "
+       "2j, cosine in column 2j+1."): (partial(_wrong_table, layout="halves"),
+                                      partial(_wrong_table, layout="halves", first="cos")),
+    N_("Your table has the cosines in the even columns and the sines in the odd ones: column 2j "
+       "holds the sine."): partial(_wrong_table, first="cos"),
+    N_("Your cosine columns use their own index in the exponent, (2j+1)/d: the cosine of column "
+       "2j+1 shares the frequency of the sine before it."):
+        partial(_wrong_table, cosine_own_index=True),
+    N_("Your positions start at 1: row i of the table is position i, counting from 0."):
         partial(_wrong_table, start=1),
-    "Your last column of an odd width is 0: it holds a sine (without a cosine partner).":
+    N_("Your last column of an odd width is 0: it holds a sine (without a cosine partner)."):
         partial(_wrong_table, odd="zero"),
-    "Your table works for even widths only: with an odd d, the last column is a sine without its "
-    "cosine partner, one more sine than cosines.": Symptom(
+    N_("Your table works for even widths only: with an odd d, the last column is a sine without "
+       "its cosine partner, one more sine than cosines."): Symptom(
         lambda result, max_len, d: isinstance(result, Exception) and d % 2 == 1),
-    "Your table alternates sines and cosines, but not at the frequencies 1 / 10000^(2j/d): check "
-    "the base, the exponent, and that the angles are in radians.": Symptom(_other_frequencies),
-    "Your table is transposed, (d, max_len): one row per position, (max_len, d), is expected.":
+    N_("Your table alternates sines and cosines, but not at the frequencies 1 / 10000^(2j/d): "
+       "check the base, the exponent, and that the angles are in radians."):
+        Symptom(_other_frequencies),
+    N_("Your table is transposed, (d, max_len): one row per position, (max_len, d), is expected."):
         lambda max_len, d: _wrong_table(max_len, d).T,
-    "Your table has d + 1 columns for an odd width: it has d columns, the last one a sine "
-    "without its cosine partner.": Symptom(_one_column_too_many),
+    N_("Your table has d + 1 columns for an odd width: it has d columns, the last one a sine "
+       "without its cosine partner."): Symptom(_one_column_too_many),
 }
 
 
@@ -113,23 +114,23 @@ def check_sinusoidal_table(fn: Callable, seed: int = 0, hint: int = 1, *,
     P[i, 2j] = sin(i / 10000^(2j/d)), P[i, 2j+1] = cos(i / 10000^(2j/d))."""
 
     generator = seeded_generator(seed)
-    fixed = [("the notebook's sizes", (60, 32)), ("a single position", (1, 4)),
-             ("an odd width", (10, 7)), ("d = 1", (5, 1)), ("one column pair", (3, 2))]
+    fixed = [(N_("the notebook's sizes"), (60, 32)), (N_("a single position"), (1, 4)),
+             (N_("an odd width"), (10, 7)), (N_("d = 1"), (5, 1)), (N_("one column pair"), (3, 2))]
     random = [("", (s["max_len"], s["d"]))
               for s in random_sizes(generator, 2, max_len=(1, 80), d=(1, 40))]
     cases = labelled(fixed + random, lambda max_len, d: f"max_len={max_len}, d={d}")
     run_check("sinusoidal_table", fn, cases,
               reference=lambda max_len, d: PositionalEncoding(d, max_len=max_len).P[0],
-              hints=("Compare your table with the formula column by column: which columns hold "
-                     "sines, which cosines, and which exponent does each pair use? Try an odd "
-                     "width too.",
-                     "Sines in the even columns, cosines in the odd ones; pair j (columns 2j and "
-                     "2j + 1) turns at omega_j = 1 / 10000^(2j / d); for an odd d the last "
-                     "column is a sine with no cosine.",
-                     "column 2j holds sin(i * omega_j) and column 2j+1 cos(i * omega_j), with "
-                     "omega_j = 1 / 10000^(2j / d): the exponent uses 2j, the column index of the "
-                     "sine. Interleave them (P[:, 0::2], P[:, 1::2]); with an odd d the last sine "
-                     "has no cosine partner."),
+              hints=(N_("Compare your table with the formula column by column: which columns hold "
+                        "sines, which cosines, and which exponent does each pair use? Try an odd "
+                        "width too."),
+                     N_("Sines in the even columns, cosines in the odd ones; pair j (columns 2j "
+                        "and 2j + 1) turns at omega_j = 1 / 10000^(2j / d); for an odd d the last "
+                        "column is a sine with no cosine."),
+                     N_("column 2j holds sin(i * omega_j) and column 2j+1 cos(i * omega_j), with "
+                        "omega_j = 1 / 10000^(2j / d): the exponent uses 2j, the column index of "
+                        "the sine. Interleave them (P[:, 0::2], P[:, 1::2]); with an odd d the "
+                        "last sine has no cosine partner.")),
               hint=hint, mistakes=_SINUSOIDAL_TABLE_MISTAKES, verbose=verbose)
 
 
@@ -195,35 +196,36 @@ def _offset_attention(P, delta, beta, exponent="2j", angle="delta omega", rotate
 
 
 _OFFSET_ATTENTION_MISTAKES = {
-    "Your head looks delta positions ahead (its weights peak at key i + delta): the key of "
-    "position j must be p_(j+delta), which the query of position j + delta matches; check the "
-    "direction of the rotation, and that it turns the keys, not the queries.": (
+    N_("Your head looks delta positions ahead (its weights peak at key i + delta): the key of "
+       "position j must be p_(j+delta), which the query of position j + delta matches; check the "
+       "direction of the rotation, and that it turns the keys, not the queries."): (
         partial(_offset_attention, rotate="back"), partial(_offset_attention, rotate="queries")),
-    "Your head looks at its own position: only the keys are turned by M_delta (turning the "
-    "queries by the same rotation too leaves every dot product as it was).":
+    N_("Your head looks at its own position: only the keys are turned by M_delta (turning the "
+       "queries by the same rotation too leaves every dot product as it was)."):
         partial(_offset_attention, rotate="both"),
-    "Your keys are rows of P moved by delta: the keys of the last delta positions need the "
-    "encodings of positions past the table (before it, for a negative delta), which the rotation "
-    "M_delta p_j gives.": tuple(partial(_offset_attention, keys_from=how)
-                                for how in ("roll", "clamp", "zeros")),
-    "Your keys are the encodings of positions j + delta counted from 0: the rows of P stand for "
-    "T consecutive positions that need not start at 0; turn the given rows instead.":
+    N_("Your keys are rows of P moved by delta: the keys of the last delta positions need the "
+       "encodings of positions past the table (before it, for a negative delta), which the "
+       "rotation M_delta p_j gives."): tuple(partial(_offset_attention, keys_from=how)
+                                             for how in ("roll", "clamp", "zeros")),
+    N_("Your keys are the encodings of positions j + delta counted from 0: the rows of P stand for "
+       "T consecutive positions that need not start at 0; turn the given rows instead."):
         partial(_offset_attention, keys_from="from 0"),
-    "Your rotation turns pair j at another frequency than omega_j = 1 / 10000^(2j/d): check the "
-    "exponent (2j/d, with j counting pairs) and its sign.": tuple(
+    N_("Your rotation turns pair j at another frequency than omega_j = 1 / 10000^(2j/d): check the "
+       "exponent (2j/d, with j counting pairs) and its sign."): tuple(
         partial(_offset_attention, exponent=e) for e in ("j", "4j", "-2j")),
-    "Your rotation turns by omega_j whatever delta: a shift by delta positions turns pair j by "
-    "delta * omega_j.": partial(_offset_attention, angle="omega"),
-    "Your rotation turns every pair by delta: pair j turns by delta * omega_j, each at its own "
-    "frequency.": partial(_offset_attention, angle="delta"),
-    "Your scores are divided by sqrt(d): this head's only scale is beta, score = beta * p_i . k_j.":
+    N_("Your rotation turns by omega_j whatever delta: a shift by delta positions turns pair j by "
+       "delta * omega_j."): partial(_offset_attention, angle="omega"),
+    N_("Your rotation turns every pair by delta: pair j turns by delta * omega_j, each at its own "
+       "frequency."): partial(_offset_attention, angle="delta"),
+    N_("Your scores are divided by sqrt(d): this head's only scale is beta, "
+       "score = beta * p_i . k_j."):
         partial(_offset_attention, scale="beta / sqrt(d)"),
-    "Your scores ignore beta: it multiplies every score, and sets how sharply the head looks.":
+    N_("Your scores ignore beta: it multiplies every score, and sets how sharply the head looks."):
         partial(_offset_attention, scale="none"),
-    "Each column of your weights sums to 1, over the queries: each query's weights must sum to 1 "
-    "over the keys.": partial(_offset_attention, axis=0),
-    "Your weights are 0 above the diagonal (a causal mask): this head has no mask; the rotation "
-    "alone makes it look back.": partial(_offset_attention, causal=True),
+    N_("Each column of your weights sums to 1, over the queries: each query's weights must sum to "
+       "1 over the keys."): partial(_offset_attention, axis=0),
+    N_("Your weights are 0 above the diagonal (a causal mask): this head has no mask; the rotation "
+       "alone makes it look back."): partial(_offset_attention, causal=True),
 }
 
 
@@ -235,31 +237,31 @@ def check_offset_attention(fn: Callable, seed: int = 0, hint: int = 1, *,
     necessarily from 0); the query of row i is beta * p_i, the key of row j is M_delta p_j =
     p_(j+delta), and the weights are the softmax of the scores over the keys, with no mask."""
     generator = seeded_generator(seed)
-    fixed = [("", (0, 6, 8, 1, 4.0)), ("positions not from 0", (17, 8, 8, 2, 3.0)),
-             ("a negative offset", (5, 7, 6, -3, 2.0)), ("delta = 0", (3, 5, 4, 0, 2.0)),
-             ("an offset longer than the sequence", (40, 4, 8, 6, 1.5)),
-             ("one column pair", (2, 5, 2, 1, 4.0)),
-             ("the notebook's width, far positions", (1000, 12, 32, 1, 8.0))]
+    fixed = [("", (0, 6, 8, 1, 4.0)), (N_("positions not from 0"), (17, 8, 8, 2, 3.0)),
+             (N_("a negative offset"), (5, 7, 6, -3, 2.0)), (N_("delta = 0"), (3, 5, 4, 0, 2.0)),
+             (N_("an offset longer than the sequence"), (40, 4, 8, 6, 1.5)),
+             (N_("one column pair"), (2, 5, 2, 1, 4.0)),
+             (N_("the notebook's width, far positions"), (1000, 12, 32, 1, 8.0))]
     random = [("", (s["start"], s["T"], 2 * s["half_d"], s["delta"], beta))
               for s, beta in zip(random_sizes(generator, 2, start=(0, 300), T=(1, 16),
                                               half_d=(1, 16), delta=(-8, 8)),
                                  random_floats(generator, 2, low=0.5, scale=8.0))]
-    cases = [(case_label(what, f"P of positions {start}..{start + T - 1}, d={d}, delta={delta}, "
-                               f"beta={beta:g}"),
+    cases = [(case_label(what, _("P of positions {first}..{last}").format(
+                  first=start, last=start + T - 1) + f", d={d}, delta={delta}, beta={beta:g}"),
               (_table_at(torch.arange(start, start + T), d), delta, beta))
              for what, (start, T, d, delta, beta) in fixed + random]
     run_check("offset_attention", fn, cases, reference=_offset_attention,
-              hints=("The key of position j must match the query of position j + delta. Which map "
-                     "of section 4 turns p_j into p_(j+delta), also past the last row of P, and "
-                     "which side does it turn: the keys or the queries?",
-                     "Section 4's rotation M_delta turns p_j into p_(j + delta), for any row; "
-                     "apply it to the keys (every row of P), then take the softmax over the keys "
-                     "of beta times the queries' dot products with them, without a mask or a "
-                     "sqrt(d).",
-                     "build M_delta = torch.block_diag of the rotations by delta * omega_j "
-                     "(omega_j = 1 / 10000^(2j/d)); keys = P @ M_delta.T (row j becomes "
-                     "p_(j+delta)); weights = softmax(beta * P @ keys.T) over the keys, the last "
-                     "axis; no mask and no sqrt(d)."),
+              hints=(N_("The key of position j must match the query of position j + delta. Which "
+                        "map of section 4 turns p_j into p_(j+delta), also past the last row of P, "
+                        "and which side does it turn: the keys or the queries?"),
+                     N_("Section 4's rotation M_delta turns p_j into p_(j + delta), for any row; "
+                        "apply it to the keys (every row of P), then take the softmax over the "
+                        "keys of beta times the queries' dot products with them, without a mask or "
+                        "a sqrt(d)."),
+                     N_("build M_delta = torch.block_diag of the rotations by delta * omega_j "
+                        "(omega_j = 1 / 10000^(2j/d)); keys = P @ M_delta.T (row j becomes "
+                        "p_(j+delta)); weights = softmax(beta * P @ keys.T) over the keys, the "
+                        "last axis; no mask and no sqrt(d).")),
               hint=hint, mistakes=_OFFSET_ATTENTION_MISTAKES, verbose=verbose)
 
 
@@ -380,54 +382,55 @@ def _inverted_mask(result, d_model, max_distance, parameters, X, valid_lens) -> 
 
 
 _RELATIVE_SELF_ATTENTION_MISTAKES = {
-    "Your offsets are i - j (query minus key): the bias of query i and key j is that of the "
-    "offset j - i, key minus query.": partial(_wrong_relative_attention, offsets="i - j"),
-    "Your offsets are not clipped to [-max_distance, max_distance]: keys further away than "
-    "max_distance share the bias of the largest offset.": (
+    N_("Your offsets are i - j (query minus key): the bias of query i and key j is that of the "
+       "offset j - i, key minus query."): partial(_wrong_relative_attention, offsets="i - j"),
+    N_("Your offsets are not clipped to [-max_distance, max_distance]: keys further away than "
+       "max_distance share the bias of the largest offset."): (
         Symptom(_raises_where_offsets_exceed), partial(_wrong_relative_attention, clip=False),
         Symptom(_far_keys_otherwise)),
-    "Your offsets are clipped one short: they are clipped to [-max_distance, max_distance], "
-    "both ends included.": partial(_wrong_relative_attention, clip="one short"),
-    "Your offsets index relative_bias without the shift by max_distance: entry 0 holds the bias "
-    "of offset -max_distance.": (
+    N_("Your offsets are clipped one short: they are clipped to [-max_distance, max_distance], "
+       "both ends included."): partial(_wrong_relative_attention, clip="one short"),
+    N_("Your offsets index relative_bias without the shift by max_distance: entry 0 holds the bias "
+       "of offset -max_distance."): (
         partial(_wrong_relative_attention, offsets="unshifted"),
         partial(_wrong_relative_attention, offsets="unshifted, clamped")),
-    "Your bias is added to the weights after the softmax: it is added to the scores before it.":
+    N_("Your bias is added to the weights after the softmax: it is added to the scores before it."):
         partial(_wrong_relative_attention, bias_at="weights"),
-    "Your scores carry no relative bias: each score adds the bias of its offset.":
+    N_("Your scores carry no relative bias: each score adds the bias of its offset."):
         partial(_wrong_relative_attention, bias_at="none"),
-    "Your bias is divided by sqrt(d_model) with the scores: only q . k is scaled; the bias is "
-    "added after.": partial(_wrong_relative_attention, bias_at="scaled scores"),
-    "Your scores are not scaled: q . k is divided by sqrt(d_model) before the bias is added.":
+    N_("Your bias is divided by sqrt(d_model) with the scores: only q . k is scaled; the bias is "
+       "added after."): partial(_wrong_relative_attention, bias_at="scaled scores"),
+    N_("Your scores are not scaled: q . k is divided by sqrt(d_model) before the bias is added."):
         partial(_wrong_relative_attention, scale="none"),
-    "Your scores are divided by the square root of the number of tokens: the scale is "
-    "sqrt(d_model).": partial(_wrong_relative_attention, scale="T"),
-    "Your scores are divided by d_model itself (sqrt(d_model) twice?): q . k is divided by "
-    "sqrt(d_model).": partial(_wrong_relative_attention, scale="d itself"),
-    "Your weights ignore valid_lens: the padded keys must get weight 0.":
+    N_("Your scores are divided by the square root of the number of tokens: the scale is "
+       "sqrt(d_model)."): partial(_wrong_relative_attention, scale="T"),
+    N_("Your scores are divided by d_model itself (sqrt(d_model) twice?): q . k is divided by "
+       "sqrt(d_model)."): partial(_wrong_relative_attention, scale="d itself"),
+    N_("Your weights ignore valid_lens: the padded keys must get weight 0."):
         partial(_wrong_relative_attention, mask="none"),
-    "Your weights are zeroed on the padding after the softmax, without renormalising: they no "
-    "longer sum to 1 (mask the scores before the softmax).":
+    N_("Your weights are zeroed on the padding after the softmax, without renormalising: they no "
+       "longer sum to 1 (mask the scores before the softmax)."):
         partial(_wrong_relative_attention, mask="after"),
-    "Your weights hold NaN for a sequence with no valid key (softmax of a row of -inf): such a row "
-    "must be all 0, as d2lh.masked_softmax gives.": partial(_wrong_relative_attention,
-                                                           mask="-inf"),
-    "Your weights spread a sequence with no valid key evenly over its keys (a finite fill such "
-    "as -1e9): such a row must be all 0, as d2lh.masked_softmax gives.":
+    N_("Your weights hold NaN for a sequence with no valid key (softmax of a row of -inf): such a "
+       "row must be all 0, as d2lh.masked_softmax gives."):
+        partial(_wrong_relative_attention, mask="-inf"),
+    N_("Your weights spread a sequence with no valid key evenly over its keys (a finite fill such "
+       "as -1e9): such a row must be all 0, as d2lh.masked_softmax gives."):
         partial(_wrong_relative_attention, mask="finite"),
-    "Each column of your weights sums to 1, over the queries: each query's weights must sum to 1 "
-    "over the keys.": partial(_wrong_relative_attention, axis=-2),
-    "Your attention_weights are transposed: row i holds query i's weights over the keys.":
+    N_("Each column of your weights sums to 1, over the queries: each query's weights must sum to "
+       "1 over the keys."): partial(_wrong_relative_attention, axis=-2),
+    N_("Your attention_weights are transposed: row i holds query i's weights over the keys."):
         partial(_wrong_relative_attention, keep="transposed"),
-    "Your bias ignores the direction of the offset: a key d positions before the query and one "
-    "d positions after it have different biases (offsets -d and +d).": (
+    N_("Your bias ignores the direction of the offset: a key d positions before the query and one "
+       "d positions after it have different biases (offsets -d and +d)."): (
         partial(_wrong_relative_attention, offsets="distance"),
         partial(_wrong_relative_attention, offsets="distance, unshifted")),
-    "Your mask is inverted: the weights go to the padded keys and none to the valid ones.":
+    N_("Your mask is inverted: the weights go to the padded keys and none to the valid ones."):
         Symptom(_inverted_mask),
-    "Your mask is off by one: a query sees exactly the first valid_len keys, positions 0 .. "
-    "valid_len - 1.": tuple(partial(_wrong_relative_attention, mask=mask, fill=fill)
-                            for mask in ("one more", "one fewer") for fill in ("zero", "-inf")),
+    N_("Your mask is off by one: a query sees exactly the first valid_len keys, positions 0 .. "
+       "valid_len - 1."): tuple(partial(_wrong_relative_attention, mask=mask, fill=fill)
+                                for mask in ("one more", "one fewer")
+                                for fill in ("zero", "-inf")),
 }
 
 
@@ -441,11 +444,12 @@ def check_relative_self_attention(cls: type, seed: int = 0, hint: int = 1, *,
     ``forward(X, valid_lens)`` with X (B, T, d_model) and valid_lens None, (B,) or (B, T) returns
     (B, T, d_model) and keeps the weights in ``.attention_weights`` (B, T, T)."""
     generator = seeded_generator(seed)
-    fixed = [("offsets beyond max_distance", dict(d_model=8, max_distance=2, B=2, T=6), None),
+    fixed = [(N_("offsets beyond max_distance"), dict(d_model=8, max_distance=2, B=2, T=6), None),
              ("", dict(d_model=4, max_distance=1, B=2, T=5), "per sequence"),
-             ("max_distance beyond the sequence", dict(d_model=6, max_distance=8, B=2, T=3), None),
-             ("a single token", dict(d_model=4, max_distance=2, B=1, T=1), None),
-             ("a causal mask", dict(d_model=8, max_distance=3, B=2, T=5), "causal"),
+             (N_("max_distance beyond the sequence"), dict(d_model=6, max_distance=8, B=2, T=3),
+              None),
+             (N_("a single token"), dict(d_model=4, max_distance=2, B=1, T=1), None),
+             (N_("a causal mask"), dict(d_model=8, max_distance=3, B=2, T=5), "causal"),
              ("", dict(d_model=4, max_distance=2, B=2, T=3), "zero")]
     random = [("", s, random_choice(generator, MASK_KINDS)) for s in
               random_sizes(generator, 2, d_model=(1, 8), max_distance=(0, 4), B=(1, 3), T=(1, 8))]
@@ -466,8 +470,9 @@ def check_relative_self_attention(cls: type, seed: int = 0, hint: int = 1, *,
                 have = getattr(module, name, None)
                 have = getattr(have, "weight", have)  # a Linear's weight, or the bias itself
                 if not isinstance(have, torch.Tensor) or have.shape != value.shape:
-                    raise TypeError(f"the module needs {name} of shape {tuple(value.shape)} "
-                                    f"(see the exercise), got {have!r}")
+                    raise TypeError(_("the module needs {name} of shape {shape} (see the "
+                                      "exercise), got {got}").format(
+                        name=name, shape=tuple(value.shape), got=repr(have)))
                 have.copy_(value)
         return module.eval()
 
@@ -483,17 +488,17 @@ def check_relative_self_attention(cls: type, seed: int = 0, hint: int = 1, *,
             return _relative_self_attention(module, X, valid_lens)
 
     run_check("RelativeSelfAttention", learner, cases, reference,
-              hints=("Result 0 is forward's output, result 1 its attention_weights. For one query "
-                     "i and one key j, which entry of relative_bias belongs to them, also when "
-                     "they are further apart than max_distance, and where in the computation is "
-                     "it added?",
-                     "The offset is key minus query, j - i; clip it to +-max_distance and shift "
-                     "it to index relative_bias; add that (T, T) bias to the scaled scores, "
-                     "before the masked softmax.",
-                     "build the (T, T) table of offsets j - i (key minus query), clip it to "
-                     "[-max_distance, max_distance], shift it by max_distance to index "
-                     "relative_bias, and add that bias to the scaled scores before "
-                     "d2lh.masked_softmax."),
+              hints=(N_("Result 0 is forward's output, result 1 its attention_weights. For one "
+                        "query i and one key j, which entry of relative_bias belongs to them, also "
+                        "when they are further apart than max_distance, and where in the "
+                        "computation is it added?"),
+                     N_("The offset is key minus query, j - i; clip it to +-max_distance and shift "
+                        "it to index relative_bias; add that (T, T) bias to the scaled scores, "
+                        "before the masked softmax."),
+                     N_("build the (T, T) table of offsets j - i (key minus query), clip it to "
+                        "[-max_distance, max_distance], shift it by max_distance to index "
+                        "relative_bias, and add that bias to the scaled scores before "
+                        "d2lh.masked_softmax.")),
               hint=hint, mistakes=_RELATIVE_SELF_ATTENTION_MISTAKES, verbose=verbose)
 
 

@@ -13,7 +13,7 @@ from ..attention import KVCache, causal_valid_lens
 from ..transformer import DecoderBlock, EncoderBlock
 from .cases import (case_label, feed_in_chunks, labelled, randint, randn, random_sizes,
                     seeded_generator, seeded_module)
-from .runner import Symptom, exercise_check, run_check
+from .runner import N_, Symptom, _, exercise_check, run_check
 
 __all__ = ['check_sublayer_parameters', 'check_default_init_stds',
            'check_transformer_multiply_adds', 'check_cached_block_step']
@@ -40,16 +40,17 @@ def _block_parameters(d_model, ffn_hidden):
 
 
 _SUBLAYER_PARAMETERS_MISTAKES = {
-    "Your counts leave out biases: every nn.Linear of the block has one (W_q, W_k, W_v, W_o, and "
-    "the FFN's two layers).": tuple(partial(_sublayer_parameters, biases=kept) for kept in (
-        (), ("W_1", "W_2"), ("attention",), ("attention", "W_1"), ("attention", "W_2"))),
-    "Your attention has three projections: W_o, which mixes the heads' outputs, is a fourth "
-    "d_model x d_model layer.": (partial(_sublayer_parameters, projections=3),
-                                 partial(_sublayer_parameters, projections=3, biases=())),
-    "Your counts include the add & norm's LayerNorm (2 d_model parameters): count the sublayer "
-    "itself.": partial(_sublayer_parameters, norms=1),
-    "Your FFN's hidden width is 4 d_model, the paper's: use ffn_hidden, the width you are "
-    "given.": partial(_sublayer_parameters, width=4),
+    N_("Your counts leave out biases: every nn.Linear of the block has one (W_q, W_k, W_v, W_o, "
+       "and the FFN's two layers)."): tuple(
+        partial(_sublayer_parameters, biases=kept) for kept in (
+            (), ("W_1", "W_2"), ("attention",), ("attention", "W_1"), ("attention", "W_2"))),
+    N_("Your attention has three projections: W_o, which mixes the heads' outputs, is a fourth "
+       "d_model x d_model layer."): (partial(_sublayer_parameters, projections=3),
+                                    partial(_sublayer_parameters, projections=3, biases=())),
+    N_("Your counts include the add & norm's LayerNorm (2 d_model parameters): count the sublayer "
+       "itself."): partial(_sublayer_parameters, norms=1),
+    N_("Your FFN's hidden width is 4 d_model, the paper's: use ffn_hidden, the width you are "
+       "given."): partial(_sublayer_parameters, width=4),
 }
 
 
@@ -59,18 +60,18 @@ def check_sublayer_parameters(fn: Callable, seed: int = 0, hint: int = 1, *,
     """fn(d_model, ffn_hidden) -> (parameters of an encoder block's attention sublayer, of its
     FFN), compared with those of d2lh.EncoderBlock, counted."""
     generator = seeded_generator(seed)
-    fixed = [("notebook 07's model", (64, 128)), ("the paper's base model", (512, 2048)),
-             ("a narrow FFN", (12, 5)), ("one feature", (1, 3))]
+    fixed = [(N_("notebook 07's model"), (64, 128)), (N_("the paper's base model"), (512, 2048)),
+             (N_("a narrow FFN"), (12, 5)), (N_("one feature"), (1, 3))]
     random = [("", (s["d"], s["f"])) for s in random_sizes(generator, 2, d=(2, 40), f=(1, 90))]
     cases = labelled(fixed + random, lambda d, f: f"d_model={d}, ffn_hidden={f}")
     run_check("sublayer_parameters", fn, cases, reference=_block_parameters,
-              hints=("Which nn.Linear layers does each sublayer hold, what shape is each weight, "
-                     "and does each have a bias?",
-                     "The attention sublayer holds four d_model -> d_model layers (W_q, W_k, W_v, "
-                     "W_o); the FFN two, d_model -> ffn_hidden and ffn_hidden -> d_model. A "
-                     "layer from a to b features holds a*b weights and b biases.",
-                     "attention = 4 * (d_model * d_model + d_model); ffn = 2 * d_model * "
-                     "ffn_hidden + ffn_hidden + d_model."),
+              hints=(N_("Which nn.Linear layers does each sublayer hold, what shape is each "
+                        "weight, and does each have a bias?"),
+                     N_("The attention sublayer holds four d_model -> d_model layers (W_q, W_k, "
+                        "W_v, W_o); the FFN two, d_model -> ffn_hidden and ffn_hidden -> d_model. "
+                        "A layer from a to b features holds a*b weights and b biases."),
+                     N_("attention = 4 * (d_model * d_model + d_model); ffn = 2 * d_model * "
+                        "ffn_hidden + ffn_hidden + d_model.")),
               atol=0.5, rtol=0.0, hint=hint, mistakes=_SUBLAYER_PARAMETERS_MISTAKES,
               verbose=verbose)
 
@@ -103,14 +104,14 @@ def _pre_norm_as_post(result, norm_first) -> bool:
 
 
 _DEFAULT_INIT_STDS_MISTAKES = {  # each mistake's curve (None: a pre-norm curve that stays at 1)
-    "Your FFNs keep section 3's initialisation (the curve is its sqrt(1 + layer)): leave them as "
-    "PyTorch initialises them.": "sqrt(1 + l)",
-    "Your curve is the variance of the stream: return its square root, the standard deviation.":
+    N_("Your FFNs keep section 3's initialisation (the curve is its sqrt(1 + layer)): leave them "
+       "as PyTorch initialises them."): "sqrt(1 + l)",
+    N_("Your curve is the variance of the stream: return its square root, the standard deviation."):
         "1 + s^2 l",
-    "Your stack reuses one FFN in every layer: its outputs add up in step and the stream grows "
-    "about linearly; build a fresh FFN for each layer.": "sqrt(1 + s^2 l^2)",
-    "Your pre-norm stack stays at 1 as a post-norm one does: pass norm_first to AddNorm, so that "
-    "pre-norm adds the FFN's output to the stream.": None,
+    N_("Your stack reuses one FFN in every layer: its outputs add up in step and the stream grows "
+       "about linearly; build a fresh FFN for each layer."): "sqrt(1 + s^2 l^2)",
+    N_("Your pre-norm stack stays at 1 as a post-norm one does: pass norm_first to AddNorm, so "
+       "that pre-norm adds the FFN's output to the stream."): None,
 }
 
 
@@ -136,16 +137,16 @@ def check_default_init_stds(fn: Callable, seed: int = 0, hint: int = 1, *,
     mistakes = {sentence: Symptom(_pre_norm_as_post) if law is None else
                 partial(lambda norm_first, law: _stream_stds(norm_first, s2, law), law=law)
                 for sentence, law in _DEFAULT_INIT_STDS_MISTAKES.items()}
-    run_check("default_init_stds", seeded, [("pre-norm", (True,)), ("post-norm", (False,))],
+    run_check("default_init_stds", seeded, [(N_("pre-norm"), (True,)), (N_("post-norm"), (False,))],
               reference=lambda norm_first: _stream_stds(norm_first, s2),
-              hints=("Start from section 3's residual_stream_stds: what does it do to the FFNs "
-                     "that PyTorch would not?",
-                     "Leave out the four init lines and keep the rest: a fresh AddNorm and "
-                     "PositionwiseFFN(64, 256) at every layer, the variance of X after each layer "
-                     "averaged over the 8 stacks, then the square root.",
-                     "variances[layer] += X.var().item() / num_stacks after X = AddNorm(d, "
-                     "norm_first=norm_first)(X, PositionwiseFFN(d, 4 * d)), under torch.no_grad(); "
-                     "return variances.sqrt()."),
+              hints=(N_("Start from section 3's residual_stream_stds: what does it do to the FFNs "
+                        "that PyTorch would not?"),
+                     N_("Leave out the four init lines and keep the rest: a fresh AddNorm and "
+                        "PositionwiseFFN(64, 256) at every layer, the variance of X after each "
+                        "layer averaged over the 8 stacks, then the square root."),
+                     N_("variances[layer] += X.var().item() / num_stacks after X = AddNorm(d, "
+                        "norm_first=norm_first)(X, PositionwiseFFN(d, 4 * d)), under "
+                        "torch.no_grad(); return variances.sqrt().")),
               atol=0.02, rtol=0.15, hint=hint, mistakes=mistakes, verbose=verbose)
 
 
@@ -191,43 +192,44 @@ def _multiply_adds(d_model, num_heads, ffn_hidden, num_layers, vocab_size, T_src
 
 
 _MULTIPLY_ADDS_MISTAKES = {
-    "Your counts are FLOPs, two per multiply-add (what FlopCounterMode reports): the exercise "
-    "counts multiply-adds.": partial(_multiply_adds, per="FLOP"),
-    "Your attention grows with the number of heads: h heads of width d_model/h compute their "
-    "scores and weighted sums with T_q T_k d_model multiply-adds together, as one full-width "
-    "head would.": partial(_multiply_adds, heads="multiply"),
-    "Your attention counts only its projections: the scores Q K^T and the weighted sums of the "
-    "values are matrix products too, T_q T_k d_model multiply-adds each.":
+    N_("Your counts are FLOPs, two per multiply-add (what FlopCounterMode reports): the exercise "
+       "counts multiply-adds."): partial(_multiply_adds, per="FLOP"),
+    N_("Your attention grows with the number of heads: h heads of width d_model/h compute their "
+       "scores and weighted sums with T_q T_k d_model multiply-adds together, as one full-width "
+       "head would."): partial(_multiply_adds, heads="multiply"),
+    N_("Your attention counts only its projections: the scores Q K^T and the weighted sums of the "
+       "values are matrix products too, T_q T_k d_model multiply-adds each."):
         partial(_multiply_adds, heads="none"),
-    "Your scores and weighted sums count one head, of width d_k = d_model / h: all h heads "
-    "compute theirs, T_q T_k d_model multiply-adds together.": partial(_multiply_adds, heads="one"),
-    "Your count of an attention is that of one block: every block of its stack has one, "
-    "num_layers in all.": tuple(partial(_multiply_adds, once=once)
-                                for once in ((2,), (1,), (0,), (1, 2))),
-    "Your decoder's self-attention counts only the pairs the causal mask lets through: this "
-    "code computes the scores of the future keys too, then masks them; the mask saves no "
-    "multiply-adds (fused kernels can skip whole blocks of them, at most half).":
+    N_("Your scores and weighted sums count one head, of width d_k = d_model / h: all h heads "
+       "compute theirs, T_q T_k d_model multiply-adds together."):
+        partial(_multiply_adds, heads="one"),
+    N_("Your count of an attention is that of one block: every block of its stack has one, "
+       "num_layers in all."): tuple(partial(_multiply_adds, once=once)
+                                   for once in ((2,), (1,), (0,), (1, 2))),
+    N_("Your decoder's self-attention counts only the pairs the causal mask lets through: this "
+       "code computes the scores of the future keys too, then masks them; the mask saves no "
+       "multiply-adds (fused kernels can skip whole blocks of them, at most half)."):
         partial(_multiply_adds, causal="half with the diagonal"),
-    "Your encoder-decoder attention takes its keys and values from the decoder's T_tgt "
-    "positions: they come from the encoder's T_src outputs.": (
+    N_("Your encoder-decoder attention takes its keys and values from the decoder's T_tgt "
+       "positions: they come from the encoder's T_src outputs."): (
         partial(_multiply_adds, cross_kv="target"),
         partial(_multiply_adds, cross_kv="target", cross_pairs="T_tgt^2")),
-    "Your encoder-decoder attention scores the wrong pairs: its T_tgt queries (the decoder) meet "
-    "T_src keys (the encoder).": (partial(_multiply_adds, cross_pairs="T_tgt^2"),
-                                  partial(_multiply_adds, cross_pairs="T_src^2"),
-                                  partial(_multiply_adds, cross_queries="source",
-                                          cross_pairs="T_src^2")),
-    "Your attention has three projections: W_o, which mixes the heads' outputs, is a fourth "
-    "d_model x d_model matrix.": partial(_multiply_adds, projections=3),
-    "Your FFNs count one of their two matrices: d_model -> ffn_hidden, then ffn_hidden -> "
-    "d_model.": partial(_multiply_adds, ffn_matrices=1),
-    "Your FFNs count one stack: every block of both stacks has an FFN, at every position.": (
+    N_("Your encoder-decoder attention scores the wrong pairs: its T_tgt queries (the decoder) "
+       "meet T_src keys (the encoder)."): (partial(_multiply_adds, cross_pairs="T_tgt^2"),
+                                          partial(_multiply_adds, cross_pairs="T_src^2"),
+                                          partial(_multiply_adds, cross_queries="source",
+                                                  cross_pairs="T_src^2")),
+    N_("Your attention has three projections: W_o, which mixes the heads' outputs, is a fourth "
+       "d_model x d_model matrix."): partial(_multiply_adds, projections=3),
+    N_("Your FFNs count one of their two matrices: d_model -> ffn_hidden, then ffn_hidden -> "
+       "d_model."): partial(_multiply_adds, ffn_matrices=1),
+    N_("Your FFNs count one stack: every block of both stacks has an FFN, at every position."): (
         partial(_multiply_adds, ffn_stacks="target"), partial(_multiply_adds, ffn_stacks="source")),
-    "Your count is that of one block per stack: each stack has num_layers blocks.":
+    N_("Your count is that of one block per stack: each stack has num_layers blocks."):
         partial(_multiply_adds, layers=False),
-    "Your count leaves out the output layer, which turns every target position into V scores.":
+    N_("Your count leaves out the output layer, which turns every target position into V scores."):
         partial(_multiply_adds, output="none"),
-    "Your output layer is counted once per block: it runs once, after the last block.":
+    N_("Your output layer is counted once per block: it runs once, after the last block."):
         partial(_multiply_adds, output="per block"),
 }
 
@@ -242,10 +244,10 @@ def check_transformer_multiply_adds(fn: Callable, seed: int = 0, hint: int = 1, 
     the blocks), the FFNs of both stacks, the output layer. Matrix products only: one
     multiply-add per weight per position (biases, softmax and LayerNorm not counted)."""
     generator = seeded_generator(seed)
-    fixed = [("the notebook's tiny model", (16, 4, 32, 2, 30, 7, 5)),
-             ("a single source token", (8, 2, 16, 1, 11, 1, 4)),
-             ("one head", (12, 1, 24, 3, 20, 6, 9)),
-             ("the paper's base model", (512, 8, 2048, 6, 37000, 25, 27))]
+    fixed = [(N_("the notebook's tiny model"), (16, 4, 32, 2, 30, 7, 5)),
+             (N_("a single source token"), (8, 2, 16, 1, 11, 1, 4)),
+             (N_("one head"), (12, 1, 24, 3, 20, 6, 9)),
+             (N_("the paper's base model"), (512, 8, 2048, 6, 37000, 25, 27))]
     random = [("", (s["d_k"] * s["h"], s["h"], s["ffn_hidden"], s["num_layers"], s["V"],
                     s["T_src"], s["T_tgt"]))
               for s in random_sizes(generator, 2, d_k=(1, 8), h=(1, 4), ffn_hidden=(1, 64),
@@ -255,21 +257,22 @@ def check_transformer_multiply_adds(fn: Callable, seed: int = 0, hint: int = 1, 
                      f"ffn_hidden={f}, num_layers={N}, vocab_size={V}, T_src={T_src}, "
                      f"T_tgt={T_tgt}")
     run_check("transformer_multiply_adds", fn, cases, reference=_multiply_adds,
-              hints=("Go through one block of each stack: which matrices does each position pass "
-                     "through, how many query-key pairs does each attention score, and which "
-                     "sequence gives the keys and values of the encoder-decoder attention?",
-                     "A linear layer costs its weights' count per position. An attention costs "
-                     "W_q and W_o on the queries' positions, W_k and W_v on the keys', plus the "
-                     "scores and the weighted sums, T_q T_k d_model each, whatever the number of "
-                     "heads or the mask. Every block of both stacks has its attentions and FFN; "
-                     "the output layer runs once.",
-                     "a linear layer from a to b features costs a*b per position. An attention "
-                     "with T_q queries over T_k keys: W_q and W_o on T_q positions, W_k and W_v "
-                     "on T_k positions (d_model^2 each), then T_q*T_k*d_model for the scores and "
-                     "as many for the weighted sums, whatever the number of heads; the causal "
-                     "mask saves nothing. Times num_layers; the FFN costs 2*d_model*ffn_hidden "
-                     "per position in both stacks; the output layer runs once: "
-                     "T_tgt*d_model*vocab_size."),
+              hints=(N_("Go through one block of each stack: which matrices does each position "
+                        "pass through, how many query-key pairs does each attention score, and "
+                        "which sequence gives the keys and values of the encoder-decoder "
+                        "attention?"),
+                     N_("A linear layer costs its weights' count per position. An attention costs "
+                        "W_q and W_o on the queries' positions, W_k and W_v on the keys', plus the "
+                        "scores and the weighted sums, T_q T_k d_model each, whatever the number "
+                        "of heads or the mask. Every block of both stacks has its attentions and "
+                        "FFN; the output layer runs once."),
+                     N_("a linear layer from a to b features costs a*b per position. An attention "
+                        "with T_q queries over T_k keys: W_q and W_o on T_q positions, W_k and W_v "
+                        "on T_k positions (d_model^2 each), then T_q*T_k*d_model for the scores "
+                        "and as many for the weighted sums, whatever the number of heads; the "
+                        "causal mask saves nothing. Times num_layers; the FFN costs "
+                        "2*d_model*ffn_hidden per position in both stacks; the output layer runs "
+                        "once: T_tgt*d_model*vocab_size.")),
               atol=0.5, rtol=0.0, hint=hint, mistakes=_MULTIPLY_ADDS_MISTAKES, verbose=verbose)
 
 
@@ -337,39 +340,40 @@ def _wrong_chunks(**mistake) -> Callable:
 
 
 _CACHED_BLOCK_STEP_MISTAKES = {
-    "Your step normalises as post-norm whatever the block: a pre-norm block (norm_first) "
-    "normalises each sublayer's input, x + f(norm(x)).": _wrong_chunks(placement="post"),
-    "Your step normalises as pre-norm whatever the block: a post-norm block normalises the "
-    "sum, norm(x + f(x)).": _wrong_chunks(placement="pre"),
-    "Your sublayers do not all follow the block's placement: in a pre-norm block each sublayer "
-    "(self-attention, cross-attention, FFN) normalises its input, in a post-norm block each "
-    "normalises the sum.": tuple(_wrong_chunks(placement=f"sublayer {n} {placed}")
-                                 for n in (1, 2, 3) for placed in ("pre", "post")),
-    "Your step never sees the positions of earlier steps: the new keys and values join the "
-    "cache, and the new positions attend to all of it.": (_wrong_chunks(store=False),
-                                                          _wrong_chunks(read_cache=False)),
-    "Your causal lengths forget the cached positions: each new position also sees every "
-    "position cached before this step.": _wrong_chunks(offset=False),
-    "Your new positions see each other in both directions: among the new positions too, the "
-    "i-th sees only those up to itself.": _wrong_chunks(causal=False),
-    "Your encoder-decoder attention ignores src_valid_lens: the source's padding must get "
-    "weight 0.": _wrong_chunks(cross_mask=False),
-    "Your keys and values are projected from the block's input, not from the normalised input "
-    "that the queries come from (pre-norm).": _wrong_chunks(project_from="block input"),
-    "Your keys and values trade places in an attention: the queries are compared with the keys, "
-    "and the weights average the values.": tuple(
+    N_("Your step normalises as post-norm whatever the block: a pre-norm block (norm_first) "
+       "normalises each sublayer's input, x + f(norm(x))."): _wrong_chunks(placement="post"),
+    N_("Your step normalises as pre-norm whatever the block: a post-norm block normalises the sum, "
+       "norm(x + f(x))."): _wrong_chunks(placement="pre"),
+    N_("Your sublayers do not all follow the block's placement: in a pre-norm block each sublayer "
+       "(self-attention, cross-attention, FFN) normalises its input, in a post-norm block each "
+       "normalises the sum."): tuple(_wrong_chunks(placement=f"sublayer {n} {placed}")
+                                    for n in (1, 2, 3) for placed in ("pre", "post")),
+    N_("Your step never sees the positions of earlier steps: the new keys and values join the "
+       "cache, and the new positions attend to all of it."): (_wrong_chunks(store=False),
+                                                             _wrong_chunks(read_cache=False)),
+    N_("Your causal lengths forget the cached positions: each new position also sees every "
+       "position cached before this step."): _wrong_chunks(offset=False),
+    N_("Your new positions see each other in both directions: among the new positions too, the "
+       "i-th sees only those up to itself."): _wrong_chunks(causal=False),
+    N_("Your encoder-decoder attention ignores src_valid_lens: the source's padding must get "
+       "weight 0."): _wrong_chunks(cross_mask=False),
+    N_("Your keys and values are projected from the block's input, not from the normalised input "
+       "that the queries come from (pre-norm)."): _wrong_chunks(project_from="block input"),
+    N_("Your keys and values trade places in an attention: the queries are compared with the keys, "
+       "and the weights average the values."): tuple(
         _wrong_chunks(swapped=swapped) for swapped in (("cross",), ("self",), ("self", "cross"))),
-    "Your causal lengths are off by one: the i-th new position sees the cached positions and the "
-    "new ones up to itself, itself included.": tuple(_wrong_chunks(shift=shift)
-                                                     for shift in (1, -1)),
-    "Your sublayers leave out a residual connection: each sublayer's output is added to its "
-    "input.": tuple(_wrong_chunks(residual=residual, residual_in=placed)
-                    for placed in (("pre", "post"), ("pre",), ("post",))
-                    for residual in ((), (2, 3), (1, 3), (1, 2))),
-    "Your step leaves out a sublayer: masked self-attention, then encoder-decoder attention, then "
-    "the FFN, each with its own add & norm.": tuple(_wrong_chunks(skip=n) for n in (1, 2, 3)),
-    "Your sublayers use each other's normalisations: add_norm1 goes with the self-attention, "
-    "add_norm2 with the encoder-decoder attention, add_norm3 with the FFN.": tuple(
+    N_("Your causal lengths are off by one: the i-th new position sees the cached positions and "
+       "the new ones up to itself, itself included."): tuple(_wrong_chunks(shift=shift)
+                                                            for shift in (1, -1)),
+    N_("Your sublayers leave out a residual connection: each sublayer's output is added to its "
+       "input."): tuple(_wrong_chunks(residual=residual, residual_in=placed)
+                       for placed in (("pre", "post"), ("pre",), ("post",))
+                       for residual in ((), (2, 3), (1, 3), (1, 2))),
+    N_("Your step leaves out a sublayer: masked self-attention, then encoder-decoder attention, "
+       "then the FFN, each with its own add & norm."):
+        tuple(_wrong_chunks(skip=n) for n in (1, 2, 3)),
+    N_("Your sublayers use each other's normalisations: add_norm1 goes with the self-attention, "
+       "add_norm2 with the encoder-decoder attention, add_norm3 with the FFN."): tuple(
         _wrong_chunks(norms=norms) for norms in itertools.permutations((1, 2, 3))
         if norms != (1, 2, 3)),
 }
@@ -383,10 +387,10 @@ def check_cached_block_step(fn: Callable, seed: int = 0, hint: int = 1, *,
     (a KVCache) before attending causally to all of it, then to the encoder's projected keys and
     values (B, h, T_src, d_k). Checked over several steps against ``DecoderBlock.step``."""
     generator = seeded_generator(seed)
-    fixed = [("one position per step", False, (1, 1, 1, 1), 4),
-             ("one position per step", True, (1, 1, 1), 4),
-             ("several positions per step", False, (3, 2), 4),
-             ("several positions per step", True, (2, 1, 3), 2)]
+    fixed = [(N_("one position per step"), False, (1, 1, 1, 1), 4),
+             (N_("one position per step"), True, (1, 1, 1), 4),
+             (N_("several positions per step"), False, (3, 2), 4),
+             (N_("several positions per step"), True, (2, 1, 3), 2)]
     random = [("", bool(randint(generator, 0, 1)), (s["first"], s["second"]), 2)
               for s in random_sizes(generator, 2, first=(1, 4), second=(1, 3))]
     cases = []
@@ -396,8 +400,10 @@ def check_cached_block_step(fn: Callable, seed: int = 0, hint: int = 1, *,
         B, T_src = 2, int(randint(generator, 2, 6))
         X, enc_outputs = randn(generator, B, sum(chunks), 8), randn(generator, B, T_src, 8)
         src_valid_lens = torch.tensor([T_src, int(randint(generator, 1, T_src))])
-        label = (f"{'pre' if norm_first else 'post'}-norm block, d_model=8, h={heads}, steps of "
-                 f"{list(chunks)} positions, T_src={T_src}, src_valid_lens={src_valid_lens.tolist()}")
+        label = ((_("pre-norm block") if norm_first else _("post-norm block"))
+                 + f", d_model=8, h={heads}, "
+                 + _("steps of {chunks} positions").format(chunks=list(chunks))
+                 + f", T_src={T_src}, src_valid_lens={src_valid_lens.tolist()}")
         cases.append((case_label(what, label), (block, X, chunks, enc_outputs, src_valid_lens)))
 
     def learner_step(block, x, cache, enc, src_valid_lens):  # the exercise's signature
@@ -409,21 +415,21 @@ def check_cached_block_step(fn: Callable, seed: int = 0, hint: int = 1, *,
     with torch.no_grad():
         run_check("cached_block_step", lambda *args: _outputs_in_chunks(learner_step, *args), cases,
                   reference=lambda *args: _outputs_in_chunks(reference_step, *args),
-                  hints=("Which sublayer's input is normalised in pre-norm, and what does post-norm "
-                         "normalise instead? Which positions may the i-th new position see, counting "
-                         "those cached at earlier steps?",
-                         "Write the sublayer step once for both placements; in the masked "
-                         "self-attention, project the new keys and values from the same input as "
-                         "the queries, append them before attending, and let the i-th new "
-                         "position see every position cached before this step plus the new ones "
-                         "up to itself.",
-                         "Per sublayer: post-norm is norm(x + f(x)), pre-norm x + f(norm(x)), chosen "
-                         "by block.add_normN.norm_first. In the masked self-attention, append the new "
-                         "positions' keys and values (projected from the same input as the queries) "
-                         "before attending, and give the i-th new position the causal length "
-                         "offset + i + 1, offset being the number of positions cached before this "
-                         "step. (The outputs shown are those of all steps, side by side along the "
-                         "position axis.)"),
+                  hints=(N_("Which sublayer's input is normalised in pre-norm, and what does "
+                            "post-norm normalise instead? Which positions may the i-th new "
+                            "position see, counting those cached at earlier steps?"),
+                         N_("Write the sublayer step once for both placements; in the masked "
+                            "self-attention, project the new keys and values from the same input "
+                            "as the queries, append them before attending, and let the i-th new "
+                            "position see every position cached before this step plus the new ones "
+                            "up to itself."),
+                         N_("Per sublayer: post-norm is norm(x + f(x)), pre-norm x + f(norm(x)), "
+                            "chosen by block.add_normN.norm_first. In the masked self-attention, "
+                            "append the new positions' keys and values (projected from the same "
+                            "input as the queries) before attending, and give the i-th new "
+                            "position the causal length offset + i + 1, offset being the number of "
+                            "positions cached before this step. (The outputs shown are those of "
+                            "all steps, side by side along the position axis.)")),
                   hint=hint, mistakes=_CACHED_BLOCK_STEP_MISTAKES, verbose=verbose)
 
 

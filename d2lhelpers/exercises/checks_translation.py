@@ -12,7 +12,7 @@ from ..attention import sequence_mask
 from ..decoding import greedy_decode, sequence_log_prob
 from ..transformer import Transformer
 from .cases import case_label, randint, random_lengths, seeded_generator, seeded_module
-from .runner import exercise_check, run_check
+from .runner import N_, exercise_check, run_check
 
 __all__ = ["check_cached_greedy_decode", "check_translation_log_prob"]
 
@@ -87,28 +87,29 @@ def _wrong_greedy_decode(model, src, src_valid_lens, bos, eos, max_len, keep_bos
 
 
 _CACHED_GREEDY_DECODE_MISTAKES = {
-    "Your tokens start with <bos>: the exercise returns the generated tokens only, <bos> left "
-    "out.": partial(_wrong_greedy_decode, keep_bos=True),
-    "Your loop runs to max_len even after every sentence has produced <eos>: it stops as soon as "
-    "all have finished.": partial(_wrong_greedy_decode, stop="never"),
-    "Your loop stops when the first sentence finishes: it stops when every sentence has produced "
-    "<eos>.": partial(_wrong_greedy_decode, stop="any finished"),
-    "Your loop stops before appending the <eos> that finishes the last sentence: that <eos> is "
-    "part of the output.": partial(_wrong_greedy_decode, stop="before the last <eos>"),
-    "Your finished sentences go on with other tokens: once a sentence has produced <eos>, it "
-    "keeps emitting <eos>.": (partial(_wrong_greedy_decode, hold_eos=False),
-                              partial(_wrong_greedy_decode, hold_eos=False, stop="never")),
-    "Your steps feed the whole prefix to a state that remembers it already: with the cache, feed "
-    "only the newest token.": partial(_wrong_greedy_decode, feed="prefix"),
-    "Your steps start from a fresh state each time, so the decoder sees only the newest token: "
-    "make the state once, before the loop, and keep feeding it.":
+    N_("Your tokens start with <bos>: the exercise returns the generated tokens only, <bos> left "
+       "out."): partial(_wrong_greedy_decode, keep_bos=True),
+    N_("Your loop runs to max_len even after every sentence has produced <eos>: it stops as soon "
+       "as all have finished."): partial(_wrong_greedy_decode, stop="never"),
+    N_("Your loop stops when the first sentence finishes: it stops when every sentence has "
+       "produced <eos>."): partial(_wrong_greedy_decode, stop="any finished"),
+    N_("Your loop stops before appending the <eos> that finishes the last sentence: that <eos> is "
+       "part of the output."): partial(_wrong_greedy_decode, stop="before the last <eos>"),
+    N_("Your finished sentences go on with other tokens: once a sentence has produced <eos>, it "
+       "keeps emitting <eos>."): (partial(_wrong_greedy_decode, hold_eos=False),
+                                 partial(_wrong_greedy_decode, hold_eos=False, stop="never")),
+    N_("Your steps feed the whole prefix to a state that remembers it already: with the cache, "
+       "feed only the newest token."): partial(_wrong_greedy_decode, feed="prefix"),
+    N_("Your steps start from a fresh state each time, so the decoder sees only the newest token: "
+       "make the state once, before the loop, and keep feeding it."):
         partial(_wrong_greedy_decode, feed="fresh state"),
-    "Your loop makes one token too many or too few: at most max_len tokens, <bos> not counted.": (
+    N_("Your loop makes one token too many or too few: at most max_len tokens, <bos> not "
+       "counted."): (
         partial(_wrong_greedy_decode, steps=1), partial(_wrong_greedy_decode, steps=-1)),
-    "Your argmax runs over the positions: each step's next token is the argmax over the "
-    "vocabulary, the last axis of the logits.": partial(_wrong_greedy_decode, argmax_over=1),
-    "Your decoding ignores src_valid_lens: the encoder and the decoder's state both need them, so "
-    "that the source's padding gets no attention.": tuple(
+    N_("Your argmax runs over the positions: each step's next token is the argmax over the "
+       "vocabulary, the last axis of the logits."): partial(_wrong_greedy_decode, argmax_over=1),
+    N_("Your decoding ignores src_valid_lens: the encoder and the decoder's state both need them, "
+       "so that the source's padding gets no attention."): tuple(
         partial(_wrong_greedy_decode, lens_in=lens_in)
         for lens_in in ((), ("encoder",), ("state",))),
 }
@@ -140,10 +141,11 @@ def check_cached_greedy_decode(fn: Callable, seed: int = 0, hint: int = 1, *,
     V_tgt, bos = 13, 1
     cases = []
     for what, B, max_len, finishing, norm_first in [
-            ("<eos> never comes: every sentence runs to max_len", 3, 6, False, False),
-            ("sentence 0 finishes at its first token, the others later or never", 4, 8, True, False),
-            ("a single sentence, pre-norm", 1, 7, True, True),
-            ("max_len = 1", 2, 1, True, False),
+            (N_("<eos> never comes: every sentence runs to max_len"), 3, 6, False, False),
+            (N_("sentence 0 finishes at its first token, the others later or never"), 4, 8, True,
+             False),
+            (N_("a single sentence, pre-norm"), 1, 7, True, True),
+            (N_("max_len = 1"), 2, 1, True, False),
             ("", 5, 9, True, bool(randint(generator, 0, 1)))]:
         if finishing:
             model, src, src_valid_lens, eos = _finishing_case(generator, B, max_len, norm_first,
@@ -152,25 +154,27 @@ def check_cached_greedy_decode(fn: Callable, seed: int = 0, hint: int = 1, *,
             model = _random_translator(generator, norm_first)
             src, src_valid_lens = _random_source(generator, B, 5)
             eos = V_tgt  # one past the vocabulary: the model can never produce it
-        label = (f"B={B}, src {tuple(src.shape)}, src_valid_lens={src_valid_lens.tolist()}, bos={bos}, "
-                 f"eos={eos}, max_len={max_len}")
+        label = (f"B={B}, src {tuple(src.shape)}, src_valid_lens={src_valid_lens.tolist()}, "
+                 f"bos={bos}, eos={eos}, max_len={max_len}")
         cases.append((case_label(what, label), (model, src, src_valid_lens, bos, eos, max_len)))
     model, src, src_valid_lens = _remembering_case(generator, 3, 8, bos, V_tgt)  # the last draws
-    cases.append((f"each token depends on the ones before it, B=3, src {tuple(src.shape)}, "
-                  f"src_valid_lens={src_valid_lens.tolist()}, bos={bos}, eos={V_tgt}, max_len=8",
+    cases.append((case_label(N_("each token depends on the ones before it"),
+                             f"B=3, src {tuple(src.shape)}, src_valid_lens="
+                             f"{src_valid_lens.tolist()}, bos={bos}, eos={V_tgt}, max_len=8"),
                   (model, src, src_valid_lens, bos, V_tgt, 8)))
     run_check("cached_greedy_decode", fn, cases, reference=greedy_decode,
-              hints=("Compare the number of tokens you return with the expected number: when does "
-                     "the loop stop, and what do finished sentences emit meanwhile?",
-                     "Encode the source once and start the decoder's state from it; each step "
-                     "feeds the newest token of each row only, takes the most probable next "
-                     "token, makes it <eos> in the rows already finished, and the loop ends when "
-                     "every row is.",
-                     "Encode once; state = model.decoder.init_state(enc_outputs, src_valid_lens); at "
-                     "each step feed only the newest tokens, (B, 1), to model.decoder.step(tokens, "
-                     "state) and take the argmax of the last position; set the finished rows' token "
-                     "to eos before appending; stop when all rows are finished. Return only the "
-                     "generated tokens, without the <bos> column."),
+              hints=(N_("Compare the number of tokens you return with the expected number: when "
+                        "does the loop stop, and what do finished sentences emit meanwhile?"),
+                     N_("Encode the source once and start the decoder's state from it; each step "
+                        "feeds the newest token of each row only, takes the most probable next "
+                        "token, makes it <eos> in the rows already finished, and the loop ends "
+                        "when every row is."),
+                     N_("Encode once; state = model.decoder.init_state(enc_outputs, "
+                        "src_valid_lens); at each step feed only the newest tokens, (B, 1), to "
+                        "model.decoder.step(tokens, state) and take the argmax of the last "
+                        "position; set the finished rows' token to eos before appending; stop when "
+                        "all rows are finished. Return only the generated tokens, without the "
+                        "<bos> column.")),
               hint=hint, mistakes=_CACHED_GREEDY_DECODE_MISTAKES, verbose=verbose)
 
 
@@ -207,35 +211,35 @@ def _wrong_log_prob(model, src, src_valid_lens, tokens, bos, eos, shift=True, co
 
 
 _TRANSLATION_LOG_PROB_MISTAKES = {
-    "Your decoder input is not shifted right: to predict tokens[:, t] the decoder sees <bos> and "
-    "the tokens before t, never token t itself.": partial(_wrong_log_prob, shift=False),
-    "Your log-probabilities count the tokens after the first <eos>: a row ends at its first "
-    "<eos>.": (partial(_wrong_log_prob, count="all"),
-               partial(_wrong_log_prob, count="all", lengths_of="right")),
-    "Your log-probabilities count up to the last <eos>: a row ends at its first one.":
+    N_("Your decoder input is not shifted right: to predict tokens[:, t] the decoder sees <bos> "
+       "and the tokens before t, never token t itself."): partial(_wrong_log_prob, shift=False),
+    N_("Your log-probabilities count the tokens after the first <eos>: a row ends at its first "
+       "<eos>."): (partial(_wrong_log_prob, count="all"),
+                  partial(_wrong_log_prob, count="all", lengths_of="right")),
+    N_("Your log-probabilities count up to the last <eos>: a row ends at its first one."):
         partial(_wrong_log_prob, count="to the last"),
-    "Your log-probabilities leave out the <eos> itself: a row counts up to its first <eos>, "
-    "included (the model is scored for ending there).": partial(_wrong_log_prob,
-                                                                count="before the first"),
-    "Your log-probabilities are averaged over the tokens: log P(y | x) is their sum.":
+    N_("Your log-probabilities leave out the <eos> itself: a row counts up to its first <eos>, "
+       "included (the model is scored for ending there)."):
+        partial(_wrong_log_prob, count="before the first"),
+    N_("Your log-probabilities are averaged over the tokens: log P(y | x) is their sum."):
         partial(_wrong_log_prob, reduce="mean"),
-    "Your log-probabilities are those of the decoder's input tokens (<bos> and the tokens "
-    "before t): position t predicts tokens[:, t] itself.": partial(_wrong_log_prob,
-                                                                 scored="input"),
-    "Your softmax normalises over the positions: each position's log-probabilities are over "
-    "the vocabulary, the last axis.": partial(_wrong_log_prob, softmax_dim=1),
-    "Your lengths are T_out for every row: a row's length counts its tokens up to its first "
-    "<eos>, included.": partial(_wrong_log_prob, lengths_of="T"),
-    "Your lengths are off by one: a row's length counts its tokens up to its first <eos>, that "
-    "<eos> included.": (partial(_wrong_log_prob, lengths_of="one more"),
-                        partial(_wrong_log_prob, lengths_of="one fewer")),
-    "Your log-probabilities count the positions off by one: a row counts its positions from the "
-    "first up to its first <eos>, both included.": tuple(
+    N_("Your log-probabilities are those of the decoder's input tokens (<bos> and the tokens "
+       "before t): position t predicts tokens[:, t] itself."):
+        partial(_wrong_log_prob, scored="input"),
+    N_("Your softmax normalises over the positions: each position's log-probabilities are over the "
+       "vocabulary, the last axis."): partial(_wrong_log_prob, softmax_dim=1),
+    N_("Your lengths are T_out for every row: a row's length counts its tokens up to its first "
+       "<eos>, included."): partial(_wrong_log_prob, lengths_of="T"),
+    N_("Your lengths are off by one: a row's length counts its tokens up to its first <eos>, that "
+       "<eos> included."): (partial(_wrong_log_prob, lengths_of="one more"),
+                           partial(_wrong_log_prob, lengths_of="one fewer")),
+    N_("Your log-probabilities count the positions off by one: a row counts its positions from the "
+       "first up to its first <eos>, both included."): tuple(
         partial(_wrong_log_prob, window=window) for window in ((1, 0), (0, 1), (1, 1))),
-    "Your scores are not log-probabilities (the raw logits, or probabilities): take the "
-    "log_softmax of the logits over the vocabulary.": tuple(
+    N_("Your scores are not log-probabilities (the raw logits, or probabilities): take the "
+       "log_softmax of the logits over the vocabulary."): tuple(
         partial(_wrong_log_prob, normalise=normalise) for normalise in ("none", "softmax")),
-    "Your model ignores src_valid_lens: the source's padding must get no attention.":
+    N_("Your model ignores src_valid_lens: the source's padding must get no attention."):
         partial(_wrong_log_prob, source_lens=False),
 }
 
@@ -250,9 +254,10 @@ def check_translation_log_prob(fn: Callable, seed: int = 0, hint: int = 1, *,
     generator = seeded_generator(seed)
     bos, eos = 1, 2
     cases = []
-    for what, B, T_out, norm_first in [("one sentence without <eos>", 1, 4, False),
-                                       ("rows ending at different places, some without <eos>", 4, 6, False),
-                                       ("pre-norm", 3, 5, True),
+    for what, B, T_out, norm_first in [(N_("one sentence without <eos>"), 1, 4, False),
+                                       (N_("rows ending at different places, some without "
+                                           "<eos>"), 4, 6, False),
+                                       (N_("pre-norm"), 3, 5, True),
                                        ("", 5, 7, bool(randint(generator, 0, 1)))]:
         model = _random_translator(generator, norm_first)
         src, src_valid_lens = _random_source(generator, B, 5)
@@ -267,17 +272,18 @@ def check_translation_log_prob(fn: Callable, seed: int = 0, hint: int = 1, *,
         cases.append((case_label(what, label), (model, src, src_valid_lens, tokens, bos, eos)))
     with torch.no_grad():
         run_check("translation_log_prob", fn, cases, reference=sequence_log_prob,
-                  hints=("Which tokens does the decoder see when it predicts tokens[:, t]? And which "
-                         "tokens of a row belong to the translation?",
-                         "Teacher forcing: the decoder reads <bos> and the tokens before "
-                         "position t to predict token t; add the log-probabilities the model "
-                         "gives the given tokens, over the positions up to the first <eos>, that "
-                         "one included.",
-                         "Feed the decoder <bos> followed by tokens[:, :-1] (shifted right), take "
-                         "log_softmax of the logits, gather the log-probability of each given token, "
-                         "and sum over the positions up to the first <eos>, included (all of them if "
-                         "the row has none), selecting them with a mask rather than multiplying. "
-                         "Return the sums and the lengths counted."),
+                  hints=(N_("Which tokens does the decoder see when it predicts tokens[:, t]? And "
+                            "which tokens of a row belong to the translation?"),
+                         N_("Teacher forcing: the decoder reads <bos> and the tokens before "
+                            "position t to predict token t; add the log-probabilities the model "
+                            "gives the given tokens, over the positions up to the first <eos>, "
+                            "that one included."),
+                         N_("Feed the decoder <bos> followed by tokens[:, :-1] (shifted right), "
+                            "take log_softmax of the logits, gather the log-probability of each "
+                            "given token, and sum over the positions up to the first <eos>, "
+                            "included (all of them if the row has none), selecting them with a "
+                            "mask rather than multiplying. Return the sums and the lengths "
+                            "counted.")),
                   hint=hint, mistakes=_TRANSLATION_LOG_PROB_MISTAKES, verbose=verbose)
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import sys
 
+from .runner import _
+
 __all__ = ["NotWrittenYet"]
 
 
@@ -39,12 +41,11 @@ class NotWrittenYet(NotImplementedError):
         self.function = (None if code.co_name == "<module>"
                          else getattr(code, "co_qualname", code.co_name))  # Python 3.10: no qualname
         self._filename = code.co_filename
-        super().__init__(f"{self._what} is an exercise still to write (where it says YOUR CODE "
-                         "HERE): write it, run its cell, then this one.")
-
-    @property
-    def _what(self) -> str:
-        return "this" if self.function is None else f"`{self.function}`"
+        super().__init__(
+            (_("this is an exercise still to write (where it says YOUR CODE HERE): write it, run "
+               "its cell, then this one.") if self.function is None else
+             _("`{function}` is an exercise still to write (where it says YOUR CODE HERE): write "
+               "it, run its cell, then this one.")).format(function=self.function))
 
     def _raised_in_the_cell_run(self) -> bool:
         """Whether the stub is in the cell that was run (the cell's own code is the first frame
@@ -56,8 +57,10 @@ class NotWrittenYet(NotImplementedError):
 
     def _render_traceback_(self) -> list[str]:
         """What IPython shows instead of the traceback (IPython's protocol): two lines."""
-        where = ("Write it in this cell (where it says YOUR CODE HERE), then run the cell again."
-                 if self._raised_in_the_cell_run() else
-                 "Write it in its exercise cell above (where it says YOUR CODE HERE), run that "
-                 "cell, then this one.")
-        return [f"{type(self).__name__}: {self._what} is an exercise still to write.", where]
+        where = (_("Write it in this cell (where it says YOUR CODE HERE), then run the cell "
+                   "again.") if self._raised_in_the_cell_run() else
+                 _("Write it in its exercise cell above (where it says YOUR CODE HERE), run that "
+                   "cell, then this one."))
+        what = (_("this is an exercise still to write.") if self.function is None else
+                _("`{function}` is an exercise still to write.").format(function=self.function))
+        return [f"{type(self).__name__}: {what}", where]
