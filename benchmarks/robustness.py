@@ -262,10 +262,10 @@ WATCHED: dict[str, dict[str, str]] = {
         "update time: RNN growth / Transformer growth (> 1)": "rnn_growth / transformer_growth",
         "update time RNN / Transformer at T = 10 (not asserted)": "slowdown[0]",
         "update time RNN / Transformer at T = 80 (not asserted)": "slowdown[-1]",
-        "exercise 3: loss after 1 epoch, 0.002 - 0.005 (> 0.1)":
+        "exercise 3: loss after 2 epochs, 0.002 - 0.005 (> 0.1)":
             "rate_results[0.002][0][-1] - rate_results[0.005][0][-1]",
-        "exercise 3: BLEU after 1 epoch, 0.005 - 0.002 (> 2)": "rate_gap",
-        "exercise 4: BLEU seed 1 - seed 0 after 1 epoch (|.| < exercise 3's gap)":
+        "exercise 3: BLEU after 2 epochs, 0.005 - 0.002 (> 2)": "rate_gap",
+        "exercise 4: BLEU seed 1 - seed 0 after 2 epochs (|.| < exercise 3's gap)":
             "seeds.difference",
         "exercise 4: p-value (not asserted)": "seeds.p_value",
     },
