@@ -116,8 +116,8 @@ def paper_adam(parameters, schedule: Callable[[int], float]):
 
 
 def train_seq2seq(model: nn.Module, data_loader, num_epochs: int | None = None, *,
-                  optimizer: torch.optim.Optimizer | None = None, scheduler=None,
-                  label_smoothing: float = 0.0, grad_clip: float = 1.0,
+                  optimizer: torch.optim.Optimizer | None = None, lr: float | None = None,
+                  scheduler=None, label_smoothing: float = 0.0, grad_clip: float = 1.0,
                   max_seconds: float | None = None, device=None, progress: bool = True,
                   on_epoch_end: Callable[[TrainingReport], None] | None = None) -> TrainingReport:
     """Train an encoder-decoder with teacher forcing; return a :class:`TrainingReport`.
@@ -129,9 +129,9 @@ def train_seq2seq(model: nn.Module, data_loader, num_epochs: int | None = None, 
     backward, clip the gradient norm to ``grad_clip``, ``optimizer.step()``, then
     ``scheduler.step()`` if a scheduler is given.
 
-    optimizer: by default ``torch.optim.Adam(model.parameters(), lr=2e-3)`` (``fused=True`` on the CPU
-    and CUDA, the same algorithm in one kernel for all parameters); pass your own for
-    other settings (e.g. the paper's betas and eps, with a ``LambdaLR`` scheduler of
+    optimizer: by default ``torch.optim.Adam(model.parameters(), lr=lr)`` (``lr`` 2e-3 if not given;
+    ``fused=True`` on the CPU and CUDA, the same algorithm in one kernel for all parameters); pass
+    your own for other settings (e.g. the paper's betas and eps, with a ``LambdaLR`` scheduler of
     :func:`transformer_lr`). Stops after ``num_epochs`` epochs or, if given, once ``max_seconds``
     of training have passed (checked after every update). Shows a progress bar (``progress``);
     ``on_epoch_end(report)`` is called after every epoch, e.g. with
@@ -140,12 +140,15 @@ def train_seq2seq(model: nn.Module, data_loader, num_epochs: int | None = None, 
     """
     if num_epochs is None and max_seconds is None:
         raise ValueError("give num_epochs, max_seconds or both")
+    if optimizer is not None and lr is not None:
+        raise ValueError("give lr or an optimizer (which has its own learning rate), not both")
     from tqdm import tqdm  # a text bar: renders alike in Jupyter, on GitHub and in logs
 
     device = device or next(model.parameters()).device
     model.to(device).train()
     if optimizer is None:  # fused: one kernel updates every parameter tensor at once
-        optimizer = torch.optim.Adam(model.parameters(), lr=2e-3, fused=_can_fuse([device]))
+        optimizer = torch.optim.Adam(model.parameters(), lr=2e-3 if lr is None else lr,
+                                     fused=_can_fuse([device]))
     report = TrainingReport()
     epochs = range(num_epochs) if num_epochs is not None else itertools.count()
     bar = tqdm(total=num_epochs, unit="epoch", disable=not progress, file=sys.stdout)

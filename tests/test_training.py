@@ -286,6 +286,21 @@ def test_train_seq2seq_takes_an_optimizer_and_steps_the_scheduler_once_per_updat
     assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
+def test_train_seq2seq_lr_sets_the_default_optimizers_learning_rate():
+    data = tiny_copy_data()
+    models = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        models.append(d2lh.Transformer(len(data.src_vocab), len(data.tgt_vocab), d_model=8,
+                                       num_heads=2, ffn_hidden=8, num_layers=1, dropout=0.0))
+    d2lh.train_seq2seq(models[0], data.train_loader(), 1, lr=0.01, progress=False)
+    optimizer = torch.optim.Adam(models[1].parameters(), lr=0.01, fused=True)
+    d2lh.train_seq2seq(models[1], data.train_loader(), 1, optimizer=optimizer, progress=False)
+    assert all(torch.equal(a, b) for a, b in zip(models[0].parameters(), models[1].parameters()))
+    with pytest.raises(ValueError, match="lr or an optimizer"):
+        d2lh.train_seq2seq(models[0], data.train_loader(), 1, lr=0.01, optimizer=optimizer)
+
+
 def test_train_seq2seq_trains_every_epoch_in_training_mode_even_after_an_evaluating_callback():
     data = tiny_copy_data()
     torch.manual_seed(0)
