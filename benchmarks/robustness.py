@@ -221,9 +221,9 @@ WATCHED: dict[str, dict[str, str]] = {
             "late_loss(deep) - two_blocks",
         "exercise 1: operations per update, 4 blocks / 2 (1.3 .. 2)": "flop_ratio",
         "exercise 1: time per update, 4 blocks / 2 (not asserted)": "time_ratio",
-        "exercise 2: smallest late loss gap, unscaled - scaled (> 0.3)":
-            "min(u - s for u, s in zip(unscaled_losses[-4:], scaled_losses[-4:]))",
-        "exercise 2: embedding norm after 40 updates / positional norm (< 0.25)":
+        "exercise 2: smallest late loss gap, unscaled - scaled (> 0.2)":
+            "min(u - s for u, s in zip(unscaled_losses[-3:], scaled_losses[-3:]))",
+        "exercise 2: embedding norm after 30 updates / positional norm (< 0.25)":
             "frequent_norm() / position_norm",
         "exercise 4: BLEU gain over the second half of the epochs (> 0)": "late",
         "exercise 4: BLEU on training minus held-out sentences (> 10)": "seen_bleu - bleu",
