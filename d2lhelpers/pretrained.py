@@ -23,6 +23,7 @@ induction heads). Needs the ``gguf`` package and transformers (the ``lab`` and `
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 import sys
@@ -129,28 +130,25 @@ _MODEL_NAMES = {"token_embd": "embedding", "output_norm": "final_norm", "output"
 def read_gguf(path) -> tuple[dict, dict[str, torch.Tensor]]:
     """A Llama-architecture GGUF file -> (the arguments of :class:`DecoderOnlyLM`, its state dict).
 
-    The tensors are dequantised to float32 (with the ``gguf`` package, as transformers does) and
-    renamed; every shape is checked against the configuration the file's metadata gives, and a
+    The tensors are dequantised to float32 with the operations of the ``gguf`` package (which
+    transformers uses), so to the same numbers, and renamed; every shape is checked against the configuration the file's metadata gives, and a
     missing or unexpected tensor raises ValueError naming it. No RoPE reordering is needed: when
     llama.cpp converts a Hugging Face checkpoint it puts each head's query and key rows back in
     the order of Meta's original code, which rotates neighbouring features (2j, 2j+1) as the course
     does (:func:`~d2lhelpers.decoder_only.llama_rope_permutation` is the other direction).
     """
-    import gguf  # optional: the lab and test extras
-
     path = Path(path)
-    reader = gguf.GGUFReader(path)
+    fields, tensors = _gguf_contents(path)
 
     def field(key, default=None):
-        return reader.fields[key].contents() if key in reader.fields else default
+        return fields.get(key, default)
 
     architecture = field("general.architecture")
     if architecture != "llama":
         raise ValueError(f"{path}: general.architecture must be 'llama', got {architecture!r}")
     d_model, num_heads = field("llama.embedding_length"), field("llama.attention.head_count")
-    tensors = {t.name: t for t in reader.tensors}
     config = dict(
-        vocab_size=len(reader.fields["tokenizer.ggml.tokens"].data),
+        vocab_size=fields["tokenizer.ggml.tokens"],  # the list's length (its strings are skipped)
         d_model=d_model, num_heads=num_heads,
         num_kv_heads=field("llama.attention.head_count_kv", num_heads),
         ffn_hidden=field("llama.feed_forward_length"), num_layers=field("llama.block_count"),
@@ -168,7 +166,7 @@ def read_gguf(path) -> tuple[dict, dict[str, torch.Tensor]]:
         ours = _our_name(name)
         if ours not in wanted:
             raise ValueError(f"{path}: unexpected tensor {name!r}")
-        weights = torch.from_numpy(gguf.quants.dequantize(tensor.data, tensor.tensor_type).copy())
+        weights = _dequantize(*tensor)
         if tuple(weights.shape) != wanted[ours]:
             raise ValueError(f"{path}: tensor {name!r} has shape {tuple(weights.shape)}, the "
                              f"configuration needs {wanted[ours]} for {ours}")
@@ -179,6 +177,108 @@ def read_gguf(path) -> tuple[dict, dict[str, torch.Tensor]]:
     if config["tie_embeddings"]:
         state["output.weight"] = state["embedding.weight"]
     return config, state
+
+
+# GGUF's value types (the format's numbering): struct formats of the scalars; 8 string, 9 array.
+_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
+                 10: "<Q", 11: "<q", 12: "<d"}
+# Tensor types read here: (numbers per block, bytes per block); others go to the gguf package.
+_F32, _F16, _Q4_1, _Q8_0 = 0, 1, 3, 8
+_BLOCKS = {_F32: (1, 4), _F16: (1, 2), _Q4_1: (32, 20), _Q8_0: (32, 34)}
+
+
+def _gguf_contents(path: Path) -> tuple[dict, dict]:
+    """A GGUF file's metadata {key: value} (an array of strings: its length only) and its tensors
+    {name: (memory-mapped bytes, shape, GGML type)}. The gguf package's reader makes an object of
+    every string of the tokenizer's lists (seconds); this one skips them."""
+    import struct
+
+    import numpy as np
+
+    data = np.memmap(path, dtype=np.uint8, mode="r")
+    buffer = memoryview(data)
+    position = 0
+
+    def take(fmt):
+        nonlocal position
+        (value,) = struct.unpack_from(fmt, buffer, position)
+        position += struct.calcsize(fmt)
+        return value
+
+    def string(skip=False):
+        nonlocal position
+        length = take("<Q")
+        position += length
+        return None if skip else bytes(buffer[position - length:position]).decode("utf-8")
+
+    def value(kind):
+        if kind == 8:
+            return string()
+        if kind == 9:
+            item, count = take("<I"), take("<Q")
+            if item == 8:  # e.g. the tokenizer's tokens and merges: skipped, counted
+                for _ in range(count):
+                    string(skip=True)
+                return count
+            if item in _GGUF_SCALARS:
+                return [take(_GGUF_SCALARS[item]) for _ in range(count)]
+            return [value(item) for _ in range(count)]
+        return take(_GGUF_SCALARS[kind])
+
+    if bytes(buffer[:4]) != b"GGUF":
+        raise ValueError(f"{path} is not a GGUF file")
+    position = 4
+    version, num_tensors, num_fields = take("<I"), take("<Q"), take("<Q")
+    if version not in (2, 3):
+        raise ValueError(f"{path}: GGUF version {version} is not read here")
+    fields = {}
+    for _ in range(num_fields):
+        key = string()
+        fields[key] = value(take("<I"))
+    infos = []
+    for _ in range(num_tensors):
+        name = string()
+        dims = [take("<Q") for _ in range(take("<I"))]
+        infos.append((name, tuple(reversed(dims)), take("<I"), take("<Q")))  # rows first
+    alignment = fields.get("general.alignment", 32)
+    start = -(-position // alignment) * alignment  # the tensors' data begin aligned
+    tensors = {}
+    for name, shape, kind, offset in infos:
+        per_block, block_bytes = _BLOCKS.get(kind, (None, None))
+        if per_block is None:  # another type: its size from the gguf package
+            import gguf
+
+            per_block, block_bytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(kind)]
+        size = math.prod(shape) // per_block * block_bytes
+        tensors[name] = (data[start + offset:start + offset + size], shape, kind)
+    return fields, tensors
+
+
+def _dequantize(raw, shape: tuple, kind: int) -> torch.Tensor:
+    """The float32 numbers of a tensor's bytes, as the gguf package computes them (the same
+    operations in the same order, so the same numbers): Q4_1 blocks of 32 are d * q + m with 4-bit
+    q (the low halves of 16 bytes first, then the high), Q8_0 blocks d * q with 8-bit signed q."""
+    raw = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if len(raw) else torch.zeros(0, dtype=torch.uint8)
+    if kind == _F32:
+        return raw.view(torch.float32).reshape(shape).clone()
+    if kind == _F16:
+        return raw.view(torch.float16).float().reshape(shape)
+    if kind == _Q4_1:
+        blocks = raw.reshape(-1, 20)
+        d = blocks[:, 0:2].contiguous().view(torch.float16).float()  # (blocks, 1)
+        m = blocks[:, 2:4].contiguous().view(torch.float16).float()
+        qs = blocks[:, 4:]  # (blocks, 16)
+        q = torch.cat([qs & 0x0F, qs >> 4], dim=1).float()  # (blocks, 32)
+        return (d * q + m).reshape(shape)
+    if kind == _Q8_0:
+        blocks = raw.reshape(-1, 34)
+        d = blocks[:, 0:2].contiguous().view(torch.float16).float()
+        q = blocks[:, 2:].contiguous().view(torch.int8).float()
+        return (q * d).reshape(shape)
+    import gguf  # any other type: the gguf package (the lab and test extras)
+
+    return torch.from_numpy(gguf.quants.dequantize(raw.numpy(), gguf.GGMLQuantizationType(kind))
+                            .copy()).float().reshape(shape)
 
 
 def _our_name(gguf_name: str) -> str:
