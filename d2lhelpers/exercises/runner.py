@@ -278,10 +278,17 @@ def _differing_part(got, expected, atol: float, rtol: float, label: str = ""):
     return label, got, expected
 
 
-def _around_worst(value, got, expected, width: int) -> str | None:
+def _around_worst(value, got, expected, width: int, most: int = 6) -> str | None:
     """``value`` (``got`` or ``expected``, arrays of one shape whose values do not all fit in
     ``width``) summarised around their largest difference: its kind, then the values of the last
-    axis near that place, e.g. "tensor (2, 5, 16) float32, at [1, 4, 5:11]: [...]"; else None."""
+    axis near that place (at most ``most`` of them), e.g. "tensor (2, 5, 16) float32, at
+    [1, 4, 5:11]: [...]"; else None."""
+    found = _window(value, got, expected, width, most)
+    return None if found is None else found[0]
+
+
+def _window(value, got, expected, width: int, most: int = 6) -> tuple[str, int] | None:
+    """What :func:`_around_worst` shows, and how many values of the last axis it shows."""
     have, want = _as_tensor(got), _as_tensor(expected)
     if have is None or want is None or have.shape != want.shape or want.dim() == 0:
         return None
@@ -293,7 +300,7 @@ def _around_worst(value, got, expected, width: int) -> str | None:
     worst = (have - want).abs().masked_fill(same, 0).nan_to_num(math.inf).flatten().argmax()
     index = [int(i) for i in np.unravel_index(int(worst), tuple(want.shape))]
     length = want.shape[-1]
-    for shown in range(min(length, 6), 0, -1):  # as many values of the last axis as fit
+    for shown in range(min(length, most), 0, -1):  # as many values of the last axis as fit
         start = min(max(index[-1] - shown // 2, 0), length - shown)
         where = ", ".join([*map(str, index[:-1]),
                            ":" if shown == length else f"{start}:{start + shown}"])
@@ -302,7 +309,7 @@ def _around_worst(value, got, expected, width: int) -> str | None:
         text = _("{kind}, at [{where}]: {values}").format(kind=_kind(value), where=where,
                                                           values=_nested(part, width))
         if _columns(text) <= width or shown == 1:
-            return text
+            return text, shown
     return None
 
 
@@ -826,7 +833,8 @@ def _wrap(text: str, indent: str = "") -> str:
     """Each line of ``text`` wrapped to the width of a message (continuations indented), never
     inside a short parenthesis such as an index or a shape, (0, 1) or (B, h, T, d_k). Chinese
     lines break between characters too, and count each character as two columns."""
-    glued = re.sub(r"\([^()\s][^()]{0,22}\)", lambda m: m[0].replace(" ", "\0"), text)
+    glued = re.sub(r"\([^()\s][^()]{0,22}\)|\[[^\[\]\s][^\[\]]{0,22}\]",
+                   lambda m: m[0].replace(" ", "\0"), text)
     return "\n".join((_fill_wide(line, indent) if _WIDE.search(line) else
                       textwrap.fill(line, _WIDTH, subsequent_indent=indent,
                                     break_long_words=False, break_on_hyphens=False)) or line
@@ -837,6 +845,7 @@ _WIDE = re.compile(r"[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef\u3000-\u303f]")
 _PIECES = re.compile(r"\s+|[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef\u3000-\u303f]|"
                      r"[^\s\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef\u3000-\u303f]+")
 _NO_BREAK_BEFORE = set("，。、；：！？）》」』】”’")
+_NO_BREAK_AFTER = set("（《「『【“‘")
 
 
 def _columns(text: str) -> int:
@@ -856,8 +865,14 @@ def _fill_wide(line: str, indent: str) -> str:
             continue
         if current.strip() and _columns(current + space + piece) > _WIDTH:
             if piece not in _NO_BREAK_BEFORE:
-                lines.append(current)
-                current, space, starts = indent, "", []
+                if current.rstrip()[-1:] in _NO_BREAK_AFTER and len(starts) > 1:
+                    # an opening bracket goes down with what it opens
+                    lines.append(current[:starts[-1]].rstrip())
+                    current, starts = indent + current[starts[-1]:].rstrip(), [len(indent)]
+                    space = " " if not _WIDE.search(piece) and not _WIDE.search(current[-1:]) else ""
+                else:
+                    lines.append(current)
+                    current, space, starts = indent, "", []
             else:  # the last piece that is no closing punctuation goes down with it
                 carried = len(starts) - 1
                 while carried > 0 and current[starts[carried]:].lstrip()[:1] in _NO_BREAK_BEFORE:
@@ -909,8 +924,11 @@ def _message(diagnosis, head, args, names, expected, got, hints, hint, verbose,
         if expected is not None:
             label, got, expected = _differing_part(got, expected, *tolerance)
             room = _VALUES_WIDTH - _columns(label)
-            for what, value in (("expected", expected), ("got", got)):  # where they differ most
-                shown = _around_worst(value, got, expected, room) or _brief(value, room)
+            # where they differ most, the same positions on both lines
+            windows = [_window(value, got, expected, room) for value in (expected, got)]
+            most = min([w[1] for w in windows if w is not None], default=6)
+            for what, value in (("expected", expected), ("got", got)):
+                shown = _around_worst(value, got, expected, room, most) or _brief(value, room)
                 lines.append(f"{labels[what]}{label}{shown}")
     return "\n".join(lines) + _hints_text(hints, hint, verbose)
 
