@@ -131,7 +131,8 @@ def read_gguf(path) -> tuple[dict, dict[str, torch.Tensor]]:
     """A Llama-architecture GGUF file -> (the arguments of :class:`DecoderOnlyLM`, its state dict).
 
     The tensors are dequantised to float32 with the operations of the ``gguf`` package (which
-    transformers uses), so to the same numbers, and renamed; every shape is checked against the configuration the file's metadata gives, and a
+    transformers uses), so to the same numbers, and renamed; every shape is checked against the
+    configuration the file's metadata gives, and a
     missing or unexpected tensor raises ValueError naming it. No RoPE reordering is needed: when
     llama.cpp converts a Hugging Face checkpoint it puts each head's query and key rows back in
     the order of Meta's original code, which rotates neighbouring features (2j, 2j+1) as the course
@@ -258,7 +259,8 @@ def _dequantize(raw, shape: tuple, kind: int) -> torch.Tensor:
     """The float32 numbers of a tensor's bytes, as the gguf package computes them (the same
     operations in the same order, so the same numbers): Q4_1 blocks of 32 are d * q + m with 4-bit
     q (the low halves of 16 bytes first, then the high), Q8_0 blocks d * q with 8-bit signed q."""
-    raw = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if len(raw) else torch.zeros(0, dtype=torch.uint8)
+    raw = (torch.frombuffer(bytearray(raw), dtype=torch.uint8) if len(raw)
+           else torch.zeros(0, dtype=torch.uint8))
     if kind == _F32:
         return raw.view(torch.float32).reshape(shape).clone()
     if kind == _F16:
