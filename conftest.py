@@ -48,7 +48,17 @@ def _chinese_cell_class():
     from nbval.plugin import IPyNbCell
 
     class ChineseCell(IPyNbCell):
-        """A cell of the Chinese edition, run after its English cell in the English kernel."""
+        """A cell of the Chinese edition, run after its English cell in the English kernel. A
+        folded check runs again only the statements that print its verdicts (what comes before
+        them has run in the English cell: a second run could change state, e.g. a model's last
+        attention weights), and only its ✓ lines are compared."""
+
+        verdicts_only = False
+
+        def compare_outputs(self, test, ref, skip_compare=None):
+            if self.verdicts_only:
+                test = _verdict_lines(test)
+            return super().compare_outputs(test, ref, skip_compare)
 
         def runtest(self):
             kernel = self.parent.kernel
@@ -59,6 +69,41 @@ def _chinese_cell_class():
                 _quietly_in(kernel, _CHINESE_AFTER)
 
     return ChineseCell
+
+
+def _verdict_lines(outputs) -> list:
+    """Outputs reduced to the ✓ lines they print."""
+    import nbformat
+
+    lines = [line for o in outputs if o.get("output_type") == "stream"
+             for line in "".join(o["text"]).split("\n") if line.startswith("✓")]
+    return [nbformat.v4.new_output("stream", name="stdout", text="\n".join(lines) + "\n")
+            ] if lines else []
+
+
+def _verdict_statements(cell):
+    """A folded check cell reduced to the top-level statements that print its verdicts, and its
+    outputs to their ✓ lines; None if the cell prints no verdict of its own."""
+    import ast
+    import copy
+
+    from exercise_authoring.messages import _verdict_calls, is_folded
+
+    source = cell.source
+    calls = _verdict_calls(source) if is_folded(cell) else []
+    if not calls:
+        return None
+    starts = [0]
+    for line in source.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    lines = source.splitlines(keepends=True)
+    kept = [statement for statement in ast.parse(source).body
+            if any(starts[statement.lineno - 1] <= start < starts[statement.end_lineno]
+                   for start, _, _ in calls)]
+    reduced = copy.deepcopy(cell)
+    reduced.source = "".join("".join(lines[s.lineno - 1:s.end_lineno]) for s in kept)
+    reduced.outputs = _verdict_lines(cell.outputs)
+    return reduced
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -84,7 +129,10 @@ def pytest_collection_modifyitems(session, config, items):
         if chinese.source == item.cell.source and chinese.outputs == item.cell.outputs:
             continue
         chinese_cell = chinese_cell or _chinese_cell_class()
-        result.append(chinese_cell.from_parent(item.parent, name=f"{item.name} (zh-CN)",
-                                               cell_num=item.cell_num, cell=chinese,
-                                               options=item.options))
+        reduced = _verdict_statements(chinese)
+        replay = chinese_cell.from_parent(item.parent, name=f"{item.name} (zh-CN)",
+                                          cell_num=item.cell_num, cell=reduced or chinese,
+                                          options=item.options)
+        replay.verdicts_only = reduced is not None
+        result.append(replay)
     items[:] = result

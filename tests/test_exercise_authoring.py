@@ -435,7 +435,10 @@ def test_a_teaching_notebook_shows_no_verdict_and_says_where_to_try_the_exercise
     chinese = translation.translated_notebook(path, written, "")
     chinese_line = authoring.copies.exercises_line(path, "zh")
     assert chinese["cells"][2]["source"].split("\n\n")[1] == chinese_line
-    assert "](../../exercises/01_demo.ipynb)" in chinese_line and f"]({copy_url})" in chinese_line
+    # the Chinese edition leads to the Chinese student copy, whose checks speak Chinese
+    chinese_url = copy_url.replace("/exercises/01_demo.ipynb", "/exercises/zh-CN/01_demo.ipynb")
+    assert "](../../exercises/zh-CN/01_demo.ipynb)" in chinese_line
+    assert f"]({chinese_url})" in chinese_line and chinese_url != copy_url
 
 
 # nbgrader: a failed setup cell stops the grading -------------------------------------------------
