@@ -30,7 +30,13 @@ __all__ = ["PLACEHOLDER", "catalogue_of", "compiled", "message_catalogues", "mes
 
 PLACEHOLDER = re.compile(r"(?<!\{)\{[^{}]*\}(?!\})")  # {name}, {value:.4g}; not {{ or }}
 _KEYWORDS = {"_": None, "N_": None}
-_HAN = re.compile(r"[\u4e00-\u9fff]")
+
+
+def _wide(character: str) -> bool:
+    """Whether a character is a Chinese one or full-width punctuation (it needs no space)."""
+    import unicodedata
+
+    return bool(character) and unicodedata.east_asian_width(character) in "WF"
 
 
 def _root() -> Path:
@@ -147,11 +153,11 @@ def message_problems(msgid: str, msgstr: str) -> list[str]:
                         f"{msgstr.count(chr(10))}")
     # a space that joins a message to English words around it: kept, but Chinese needs none
     # before or after a Chinese character
-    lost = [(msgid.startswith(" ") and not msgstr.startswith(" ") and not _HAN.match(msgstr)),
-            (msgid.endswith(" ") and not msgstr.endswith(" ") and not _HAN.match(msgstr[-1:]))]
+    lost = [(msgid.startswith(" ") and not msgstr.startswith(" ") and not _wide(msgstr[:1])),
+            (msgid.endswith(" ") and not msgstr.endswith(" ") and not _wide(msgstr[-1:]))]
     if any(lost) or (msgstr.startswith(" ") and not msgid.startswith(" ")):
         problems.append("the translation must begin and end with a space where the English does "
-                        "(unless it begins or ends with a Chinese character)")
+                        "(unless it begins or ends with a Chinese character or full-width punctuation)")
     return problems
 
 

@@ -936,7 +936,9 @@ def _message(diagnosis, head, args, names, expected, got, hints, hint, verbose,
 def _labels() -> dict[str, str]:
     """The labels of a failure's input and results, "  input:    " and so on, padded alike."""
     words = {"input": _("input:"), "expected": _("expected:"), "got": _("got:")}
-    width = max(map(_columns, words.values())) + 1
+    # a full-width colon carries its own space (输入：tensor), an ASCII one needs one (input: tensor)
+    width = max(map(_columns, words.values())) + (
+        0 if all(word.endswith("：") for word in words.values()) else 1)
     return {key: "  " + word + " " * (width - _columns(word)) for key, word in words.items()}
 
 
