@@ -334,7 +334,7 @@ def check_adam_steps(fn: Callable, seed: int = 0, hint: int = 1, *,
         random.append(("", (grads, _Schedule(kind, 0.02, s["warmup"]), paper, 1e-9)))
 
     def details(grads, schedule, betas, eps):
-        return (f"grads {tuple(grads.shape)}, schedule {schedule!r}, betas {betas}, "
+        return (f"grads {tuple(grads.shape)}, schedule={schedule!r}, betas={betas}, "
                 f"eps={eps:g}")
 
     cases = labelled(fixed + random, details)
