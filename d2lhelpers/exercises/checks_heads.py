@@ -141,7 +141,7 @@ def check_induction_score(fn: Callable, seed: int = 0, hint: int = 1, *,
         random.append(("", (_causal_weights(generator, s["B"], s["h"], s["T"]), tokens)))
     cases = [(case_label(what, f"weights {tuple(w.shape)}, tokens {t.tolist()}"), (w, t))
              for what, (w, t) in fixed + random]
-    run_check("induction_score", fn, cases, reference=_induction_score,
+    run_check("general_induction_score", fn, cases, reference=_induction_score,
               hints=(N_("For a query t, which keys hold the tokens that followed the earlier "
                         "copies of token t? Which queries count in the average, and is it one "
                         "score per head?"),
