@@ -33,7 +33,9 @@ if _zh_saved[2] is not None:
     _zh_torch.set_rng_state(_zh_saved[2])
 if _zh_saved[3] is not None:
     _zh_numpy.random.set_state(_zh_saved[3])
-del _zh_saved
+del _zh_saved, _zh_os, _zh_random
+for _zh_name in ("_zh_torch", "_zh_numpy", "_zh_name"):
+    globals().pop(_zh_name, None)
 """
 
 

@@ -176,8 +176,10 @@ def main(argv=None) -> int:
 
         from .messages import catalogue_report, update_message_catalogues
 
-        summaries = translate_notebooks(args.notebooks, write=not args.check)
+        # the package's messages first: the Chinese notebooks show some of them (the model answer's
+        # line), as the package's current catalogue gives them
         messages = update_message_catalogues(args.notebooks[0], write=not args.check)
+        summaries = translate_notebooks(args.notebooks, write=not args.check)
         failed = False
         for s in summaries + messages:
             problems = (catalogue_report(s["catalogue"]) if s in messages

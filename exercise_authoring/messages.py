@@ -25,8 +25,9 @@ from pathlib import Path
 
 from .project import find_project
 
-__all__ = ["PLACEHOLDER", "catalogue_of", "compiled", "message_catalogues", "message_problems",
-           "messages_of", "mo_path", "update_message_catalogues"]
+__all__ = ["PLACEHOLDER", "VERDICT", "catalogue_of", "catalogue_report", "compiled",
+           "message_problems", "messages_of", "mo_path", "package_messages", "translated_code",
+           "translated_outputs", "update_message_catalogues", "verdicts"]
 
 PLACEHOLDER = re.compile(r"(?<!\{)\{[^{}]*\}(?!\})")  # {name}, {value:.4g}; not {{ or }}
 _KEYWORDS = {"_": None, "N_": None}
@@ -115,10 +116,6 @@ def update_message_catalogues(where: Path, write: bool = True) -> list[dict]:
         mo.parent.mkdir(parents=True, exist_ok=True)
         mo.write_bytes(data)
     return summaries
-
-
-def message_catalogues() -> list[Path]:
-    return [catalogue_of(m) for m in modules()]
 
 
 def compiled(catalogue_texts) -> bytes:

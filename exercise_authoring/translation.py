@@ -359,9 +359,15 @@ def translated_notebook(notebook_path: Path, notebook: dict, catalogue_text: str
     anchors = {_slug(b.text): _slug(translations.get(b.text, b.text))
                for cell in notebook["cells"] if page and cell["cell_type"] == "markdown"
                for b in blocks(source_of(cell)) if b.text and b.prefix.startswith("#")}
+    if not page:  # the package's ✓ lines (the exercise checks' line about the model answer)
+        from .messages import VERDICT, package_messages
+
+        package = [(english, chinese) for english, chinese in
+                   package_messages(find_project(Path(notebook_path).parent).root).items()
+                   if english.startswith(VERDICT)]
     for cell in notebook["cells"]:
         if cell["cell_type"] == "code" and not page:
-            _translate_code_cell(cell, translations)
+            _translate_code_cell(cell, translations, package)
         if cell["cell_type"] != "markdown":
             continue
         lines = source_of(cell).splitlines()
@@ -398,12 +404,12 @@ SETUP_IMPORT = "import d2lhelpers  # missing?"
 LANGUAGE_SWITCH = 'd2lhelpers.set_language("zh_CN")  # 练习的检查用中文给出反馈'
 
 
-def _translate_code_cell(cell: dict, translations: dict[str, str]) -> None:
+def _translate_code_cell(cell: dict, translations: dict[str, str],
+                         package: list[tuple[str, str]]) -> None:
     """A code cell of the Chinese edition, in place: the setup cell switches the checks' language
     to Chinese; a folded check prints its verdict in Chinese; the stored outputs show what the
     Chinese code prints (the verdicts' and the package's ✓ lines rewritten)."""
-    from .messages import VERDICT, is_folded, package_messages, translated_code, \
-        translated_outputs, verdicts
+    from .messages import is_folded, translated_code, translated_outputs, verdicts
 
     source = source_of(cell)
     lines = source.split("\n")
@@ -413,8 +419,7 @@ def _translate_code_cell(cell: dict, translations: dict[str, str]) -> None:
             cell["source"] = "\n".join(lines)
             return
     pairs = [(body, translations[body]) for body in verdicts(cell) if body in translations]
-    pairs += [(english, chinese) for english, chinese in package_messages().items()
-              if english.startswith(VERDICT)]
+    pairs += package
     if is_folded(cell):
         cell["source"] = translated_code(source, translations)
     if cell.get("outputs"):
