@@ -47,10 +47,14 @@ def masked_cross_entropy(logits, targets, valid_lens, label_smoothing: float = 0
     B, T, _ = logits.shape
     valid_lens = check_valid_lens(valid_lens, B, None, T, keys_name="T", device=logits.device)
     mask = sequence_mask(valid_lens, T)  # (B, T)
-    # Only the valid positions are scored, (B, T, V)[mask] -> (N_valid, V): whatever the padding
+    # Only the valid positions are scored, (B * T, V) -> (N_valid, V): whatever the padding
     # positions hold (even inf or NaN logits) never reaches the loss or its gradient, as it would
-    # through a loss multiplied by a 0/1 mask (0 * inf = NaN).
-    total = F.cross_entropy(logits[mask], targets[mask], reduction="sum",
+    # through a loss multiplied by a 0/1 mask (0 * inf = NaN). The rows of logits[mask], selected
+    # with index_select: the same numbers, but its backward (index_add) is several times faster on
+    # a CPU than boolean indexing's (an accumulating index_put), a tenth of a small model's update.
+    rows = mask.flatten().nonzero().squeeze(1)  # (N_valid,) indices into B * T
+    total = F.cross_entropy(logits.flatten(0, 1).index_select(0, rows),
+                            targets.flatten().index_select(0, rows), reduction="sum",
                             label_smoothing=label_smoothing)
     return total / mask.sum().clamp(min=1)
 

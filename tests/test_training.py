@@ -32,6 +32,23 @@ def test_masked_cross_entropy_ignores_padding():
     torch.testing.assert_close(d2lh.masked_cross_entropy(logits2, targets2, valid_lens), loss)
 
 
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_masked_cross_entropy_is_exactly_the_loss_of_the_valid_rows(eps):
+    # the rows are picked with index_select (fast backward); the loss and its gradient are the
+    # very numbers of boolean indexing, logits[mask], bit for bit, so training runs are unchanged
+    torch.manual_seed(3)
+    logits, targets = torch.randn(16, 7, 50), torch.randint(0, 50, (16, 7))
+    valid_lens = torch.randint(1, 8, (16,))
+    ours, theirs = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+    loss = d2lh.masked_cross_entropy(ours, targets, valid_lens, eps)
+    loss.backward()
+    mask = torch.arange(7)[None, :] < valid_lens[:, None]
+    expected = F.cross_entropy(theirs[mask], targets[mask], reduction="sum",
+                               label_smoothing=eps) / mask.sum()
+    expected.backward()
+    assert torch.equal(loss, expected) and torch.equal(ours.grad, theirs.grad)
+
+
 def test_masked_cross_entropy_with_label_smoothing_matches_torch():
     logits, targets = torch.randn(3, 5, 7), torch.randint(0, 7, (3, 5))
     loss = d2lh.masked_cross_entropy(logits, targets, torch.tensor([5, 5, 5]), label_smoothing=0.1)
