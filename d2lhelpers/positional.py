@@ -126,12 +126,15 @@ def apply_rotary(x: torch.Tensor, positions, base: float = 10000.0) -> torch.Ten
 
 
 def _cos_sin(positions: torch.Tensor, d_k: int, base: float, dtype: torch.dtype):
-    """cos and sin of the angles m * omega_j: (T,) positions -> two (T, d_k/2) tensors of ``dtype``,
-    the angles computed in float64 for float64, in float32 otherwise."""
+    """cos and sin of the angles m * omega_j, laid out for :func:`_rotate`: (T,) positions -> two
+    (T, d_k) tensors of ``dtype``, each pair's cosine twice, and its sine with a minus for the first
+    feature of the pair (cos_j, cos_j, ...; -sin_j, sin_j, ...); the angles computed in float64 for
+    float64, in float32 otherwise."""
     angle_dtype = torch.float64 if dtype == torch.float64 else torch.float32
     omega = rotary_frequencies(d_k, base, angle_dtype, positions.device)  # (d_k/2,)
     angles = positions.to(angle_dtype)[:, None] * omega  # (T, 1) * (d_k/2,) -> (T, d_k/2)
-    return torch.cos(angles).to(dtype), torch.sin(angles).to(dtype)
+    cos, sin = torch.cos(angles).to(dtype), torch.sin(angles).to(dtype)
+    return cos.repeat_interleave(2, dim=-1), torch.stack([-sin, sin], dim=-1).flatten(-2)
 
 
 @functools.lru_cache(maxsize=32)
@@ -143,11 +146,12 @@ def _cos_sin_from(offset: int, length: int, d_k: int, base: float, dtype: torch.
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Each feature pair of x (..., T, d_k) turned by the angles whose cos and sin are (T, d_k/2)."""
-    pairs = x.unflatten(-1, (-1, 2))  # (..., T, d_k) -> (..., T, d_k/2, 2): the feature pairs
-    even, odd = pairs[..., 0], pairs[..., 1]  # (..., T, d_k/2) each
-    rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
-    return rotated.flatten(-2)  # (..., T, d_k/2, 2) -> (..., T, d_k)
+    """Each feature pair of x (..., T, d_k) turned by the angles of :func:`_cos_sin` (T, d_k):
+    x_2j cos - x_2j+1 sin and x_2j+1 cos + x_2j sin, as x times the cosines plus x with each pair
+    swapped times the signed sines. The same products and sums as pair by pair, so the same
+    numbers, from contiguous tensors (strided pairs would make every product slow on a CPU)."""
+    swapped = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)  # (x_2j+1, x_2j) in each pair
+    return x * cos + swapped * sin
 
 
 class RotaryEmbedding(nn.Module):
