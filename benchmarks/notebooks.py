@@ -93,14 +93,9 @@ def main(argv=None) -> int:
     paths = args.notebooks or sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
     print(f"torch {torch.__version__}, {platform.machine()}, {torch.get_num_threads()} thread(s)"
           f"{', outputs written' if args.write else ''}\n")
-    # The reference is timed before the first notebook and after each one, and each notebook is
-    # divided by the mean of the two timings around it: a machine whose speed drifts during the
-    # run (a shared host) then drifts in both, and a unit count no longer rests on one short timing.
-    before = reference_seconds()
+    before = reference_seconds()  # and again after each notebook (the module's docstring)
     references = [before]
-    print(f"reference workload: {before:.2f} s (benchmarks/notebooks.py: reference_seconds; timed "
-          "again after each notebook, which is divided by the mean of the timings before and after "
-          "it)\n")
+    print(f"reference workload: {before:.2f} s (benchmarks/notebooks.py: reference_seconds)\n")
     print("| notebook | seconds | reference units |\n|---|---:|---:|", flush=True)
     total_seconds = total_units = 0.0
     for path in paths:
